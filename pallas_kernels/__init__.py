@@ -1,0 +1,1 @@
+"""Pallas kernels (installed as specjax.pallas_kernels)."""

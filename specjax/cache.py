@@ -1,0 +1,100 @@
+"""The KV cache: an explicit pytree passed into and returned from every forward.
+
+Layout: one key and one value array per layer, each ``[B, S, KVH, Dh]`` where ``S`` is the
+static maximum length. ``lengths[b]`` is the number of committed entries of row ``b``;
+entries at ``lengths[b]`` and beyond are scratch: a forward writes its new tokens there, and
+the caller decides how many of them to commit (plain decoding commits all, speculative
+decoding commits the accepted prefix/path). Rejected entries are never deleted: they sit
+past the row's length and are overwritten by the next write.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+    """Per-layer KV cache with per-row committed lengths.
+
+    Attributes:
+      k: tuple of ``num_layers`` arrays ``[B, S, KVH, Dh]`` (keys, rotary already applied).
+      v: tuple of ``num_layers`` arrays ``[B, S, KVH, Dh]`` (values).
+      lengths: ``int32[B]``: committed entries per row; ``0 <= lengths[b] <= S``.
+    """
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    lengths: jax.Array
+
+    @classmethod
+    def init(cls, num_layers: int, batch: int, max_len: int, num_kv_heads: int, head_dim: int,
+             dtype=jnp.float32) -> "KVCache":
+        shape = (batch, max_len, num_kv_heads, head_dim)
+        return cls(
+            k=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+            v=tuple(jnp.zeros(shape, dtype) for _ in range(num_layers)),
+            lengths=jnp.zeros((batch,), jnp.int32),
+        )
+
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[1]
+
+    @property
+    def batch(self) -> int:
+        return self.k[0].shape[0]
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.k)
+
+    def advance(self, n: jax.Array) -> "KVCache":
+        """Commits ``n[b]`` more entries per row (the ones just written past the length)."""
+        new = jnp.minimum(self.lengths + jnp.asarray(n, jnp.int32), self.max_len)
+        return dataclasses.replace(self, lengths=new)
+
+    def with_lengths(self, lengths: jax.Array) -> "KVCache":
+        return dataclasses.replace(self, lengths=jnp.asarray(lengths, jnp.int32))
+
+    def commit_path(self, path: jax.Array, n: jax.Array) -> "KVCache":
+        """Gathers entries of a verified block into contiguous committed slots.
+
+        Args:
+          path: ``int32[B, P]``: block-relative indices (0 = first entry written after the
+            row's length) of the entries to keep, in order.
+          n: ``int32[B]``: how many of ``path`` to commit per row.
+        Returns the cache with ``path[b, :n[b]]`` moved to ``lengths[b] + [0, n[b])`` and
+        lengths advanced by ``n``. Entries beyond are left as scratch.
+        """
+        B, P = path.shape
+        src = self.lengths[:, None] + path  # [B, P]
+        dst = self.lengths[:, None] + jnp.arange(P, dtype=jnp.int32)[None, :]
+        keep = jnp.arange(P)[None, :] < n[:, None]
+        dst = jnp.where(keep, dst, self.max_len)  # out-of-range: dropped
+        rows = jnp.arange(B)[:, None]
+
+        def move(a):
+            vals = a[rows, jnp.clip(src, 0, self.max_len - 1)]
+            return a.at[rows, dst].set(vals, mode="drop")
+
+        return KVCache(
+            k=tuple(move(a) for a in self.k),
+            v=tuple(move(a) for a in self.v),
+            lengths=jnp.minimum(self.lengths + n, self.max_len),
+        )
+
+
+def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array:
+    """Writes ``new[b]`` (``[T, ...]``) into ``buf[b, offsets[b]:offsets[b]+T]``.
+
+    Writes that would land past the buffer's end are dropped, never wrapped or clamped onto
+    committed entries.
+    """
+    B, T = new.shape[:2]
+    idx = offsets[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]
+    return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")

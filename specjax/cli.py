@@ -1,0 +1,257 @@
+"""The ``specjax`` command: ``generate``, ``info``, ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+METHODS = ("ar",)
+
+BUILTIN_PROMPTS = [
+    {"id": "builtin-chat", "prompt": "Give me three tips for staying focused while studying."},
+    {"id": "builtin-code", "prompt": "Write a Python function that checks whether a string is a "
+                                     "palindrome, ignoring case and spaces."},
+    {"id": "builtin-math", "prompt": "A train travels 120 km in 1.5 hours. What is its average "
+                                     "speed in km/h? Explain briefly."},
+    {"id": "builtin-summary", "prompt": "Summarize in two sentences: The city council met on "
+                                        "Tuesday to discuss the new bike lanes. Residents "
+                                        "praised the safety benefits but worried about parking. "
+                                        "The council will vote next month."},
+]
+
+
+class CLIError(Exception):
+    pass
+
+
+def _dtype(name: str):
+    import jax.numpy as jnp
+
+    table = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+    if name not in table:
+        raise CLIError(f"--dtype must be one of {sorted(table)}, got {name!r}")
+    return table[name]
+
+
+def read_prompts(path: str) -> list[dict]:
+    """Reads ``{"id", "prompt"}`` or ``{"question_id", "turns": [...]}`` JSONL lines."""
+    p = Path(path)
+    if not p.exists():
+        raise CLIError(f"{path}: prompts file not found")
+    out = []
+    with p.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CLIError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise CLIError(f"{path}:{lineno}: expected a JSON object")
+            if "prompt" in obj:
+                text = obj["prompt"]
+                pid = obj.get("id", obj.get("question_id", lineno))
+            elif "turns" in obj:
+                turns = obj["turns"]
+                if not isinstance(turns, list) or not turns:
+                    raise CLIError(f"{path}:{lineno}: 'turns' must be a non-empty list")
+                text = turns[0]
+                pid = obj.get("question_id", obj.get("id", lineno))
+            else:
+                raise CLIError(f"{path}:{lineno}: needs a 'prompt' or a 'turns' field")
+            if not isinstance(text, str):
+                raise CLIError(f"{path}:{lineno}: the prompt must be a string")
+            out.append({"id": pid, "prompt": text, **({"category": obj["category"]}
+                                                       if "category" in obj else {})})
+    if not out:
+        raise CLIError(f"{path}: no prompts")
+    return out
+
+
+def _load(args):
+    from specjax.models.loaders import load
+
+    t0 = time.perf_counter()
+    lm = load(args.model, dtype=_dtype(args.dtype))
+    print(f"loaded {args.model} ({lm.format}) in {time.perf_counter() - t0:.1f}s",
+          file=sys.stderr)
+    return lm
+
+
+def _encode(lm, items, chat: bool):
+    tok = lm.tokenizer
+    if tok is None:
+        raise CLIError(f"{lm.source}: no tokenizer in this checkpoint; cannot encode text")
+    return [tok.encode_chat(it["prompt"]) if chat else tok.encode(it["prompt"]) for it in items]
+
+
+def cmd_generate(args) -> int:
+    from tqdm import tqdm
+
+    from specjax.engine import generate
+    from specjax.sampling import SamplingParams
+
+    if args.method not in METHODS:
+        raise CLIError(f"--method {args.method!r} is not available; choose from {METHODS}")
+    if args.method_arg:
+        raise CLIError("--method-arg is not accepted by --method ar (plain decoding)")
+    sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                              seed=args.seed)
+    if args.prompt is not None and args.prompts is not None:
+        raise CLIError("give either --prompt or --prompts, not both")
+    if args.prompt is not None:
+        items = [{"id": 0, "prompt": args.prompt}]
+    elif args.prompts is not None:
+        items = read_prompts(args.prompts)
+    else:
+        items = BUILTIN_PROMPTS
+    lm = _load(args)
+    ids = _encode(lm, items, not args.no_chat_template)
+    bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
+               disable=args.quiet)
+    res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
+                   eos_ids=lm.tokenizer.eos_ids, batch_size=args.batch_size,
+                   cache_len=args.cache_len, progress=bar.update)
+    bar.close()
+    out_fh = open(args.output, "w", encoding="utf-8") if args.output else None
+    total_new, total_wall = 0, 0.0
+    seen_walls = set()
+    for i, it in enumerate(items):
+        rec = {
+            "id": it["id"],
+            "prompt_ids": res.prompt_tokens[i],
+            "output_ids": res.tokens[i],
+            "text": lm.tokenizer.decode(res.tokens[i]),
+            "new_tokens": len(res.tokens[i]),
+            "target_forwards": res.target_forwards[i],
+            "accepted_per_forward": len(res.tokens[i]) / max(res.target_forwards[i], 1),
+            "wall_s": res.wall_s[i],
+            "prefill_s": res.prefill_s[i],
+            "stop_reason": res.stop_reason[i],
+            "method": args.method,
+        }
+        total_new += rec["new_tokens"]
+        key = (i // (args.batch_size or len(items)))
+        if key not in seen_walls:
+            seen_walls.add(key)
+            total_wall += res.wall_s[i]
+        if out_fh:
+            out_fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        else:
+            print(json.dumps(rec, ensure_ascii=False))
+    if out_fh:
+        out_fh.close()
+    print(f"{len(items)} prompts, {total_new} new tokens in {total_wall:.2f}s "
+          f"({total_new / max(total_wall, 1e-9):.1f} tokens/s; compile {res.compile_s:.1f}s "
+          "not included)", file=sys.stderr)
+    return 0
+
+
+def cmd_info(args) -> int:
+    lm = _load(args)
+    cfg = lm.config
+    tok = lm.tokenizer
+    info = {
+        "source": lm.source,
+        "format": lm.format,
+        **{k: v for k, v in lm.details.items() if v},
+        "architecture": cfg.architecture,
+        "parameters": cfg.num_params,
+        "config": cfg.to_dict(),
+    }
+    if tok is not None:
+        info["tokenizer"] = {
+            "vocab_size": tok.vocab_size,
+            "bos": [tok.bos_id, tok.bos_token],
+            "eos_ids": list(tok.eos_ids),
+            "eos_tokens": [tok.id_to_token(i) for i in tok.eos_ids],
+            "add_bos": tok.add_bos,
+            "chat_template": bool(tok.chat_template),
+        }
+    print(json.dumps(info, indent=2, default=str))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    """Decodes the built-in prompts with the default model and prints text and speed."""
+    from specjax.engine import generate
+
+    lm = _load(args)
+    ids = _encode(lm, BUILTIN_PROMPTS, True)
+    # warm-up compiles every shape used below, so timings exclude compilation
+    print("compiling ...", file=sys.stderr)
+    warm = generate(lm.model, ids[:1], max_new_tokens=args.max_new_tokens,
+                    eos_ids=lm.tokenizer.eos_ids)
+    total, wall = 0, 0.0
+    for it, p in zip(BUILTIN_PROMPTS, ids):
+        r = generate(lm.model, [p], max_new_tokens=args.max_new_tokens,
+                     eos_ids=lm.tokenizer.eos_ids)
+        n, w = r.new_tokens[0], r.wall_s[0]
+        total += n
+        wall += w
+        print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(r.tokens[0])}")
+        print(f"[ar] {n} tokens in {w:.2f}s = {n / w:.1f} tokens/s "
+              f"(compile {r.compile_s:.1f}s)")
+    print(f"\nplain decoding (ar): {total} tokens in {wall:.2f}s = {total / wall:.1f} tokens/s "
+          f"(first compile {warm.compile_s:.1f}s, not included)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="specjax", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    def model_args(sp):
+        sp.add_argument("--model", default="smollm2-135m",
+                        help="preset name, .gguf file or Hugging Face directory")
+        sp.add_argument("--dtype", default="float32", help="compute dtype: float32 | bfloat16")
+
+    g = sub.add_parser("generate", help="generate continuations of prompts")
+    model_args(g)
+    g.add_argument("--prompt", help="one prompt text")
+    g.add_argument("--prompts", help="JSONL file of {id, prompt} or {question_id, turns}")
+    g.add_argument("--output", help="write JSONL results here (default: stdout)")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--batch-size", type=int, default=1)
+    g.add_argument("--cache-len", type=int, default=None)
+    g.add_argument("--no-chat-template", action="store_true")
+    g.add_argument("--method", default="ar", help="decoding method (ar = plain decoding)")
+    g.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.set_defaults(fn=cmd_generate)
+
+    i = sub.add_parser("info", help="architecture, parameter count and tokenizer facts")
+    model_args(i)
+    i.set_defaults(fn=cmd_info)
+
+    d = sub.add_parser("demo", help="decode built-in prompts with the default model")
+    model_args(d)
+    d.add_argument("--max-new-tokens", type=int, default=96)
+    d.set_defaults(fn=cmd_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from specjax.engine import GenerationError
+    from specjax.models.weights import CheckpointError
+    from specjax.sampling import SamplingError
+    from specjax.tokenizer import TokenizerError
+
+    try:
+        return args.fn(args)
+    except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError) as e:
+        print(f"specjax: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

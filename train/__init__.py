@@ -1,0 +1,1 @@
+"""Training pipelines (installed as specjax.train)."""
