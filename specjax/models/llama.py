@@ -145,7 +145,10 @@ class Attention(nnx.Module):
         probs = jax.nn.softmax(scores, axis=-1)
         # rows with no visible key (never produced by the engine) give 0 instead of NaN
         probs = jnp.where(mask[:, None, None, :, :], probs, 0.0)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype), v_cache.astype(dtype),
+        # slots no query may read hold scratch (possibly non-finite): 0 * NaN would leak
+        seen = jnp.any(mask, axis=1)[:, :, None, None]  # [B, S, 1, 1]
+        v_read = jnp.where(seen, v_cache.astype(dtype), 0)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype), v_read,
                          preferred_element_type=dtype)
         out = linear(out.reshape(B, T, h * hd), self.wo[...], dtype)
         return out, k_cache, v_cache

@@ -87,7 +87,7 @@ def model_from_tensors(cfg: ModelConfig, tensors: Mapping[str, np.ndarray], *, s
             )
     abstract = nnx.eval_shape(lambda: Llama(cfg, param_dtype=param_dtype, dtype=dtype))
     for k, var in _targets(abstract).items():
-        var.value = jnp.asarray(np.asarray(tensors[k]), dtype=param_dtype)
+        var.set_value(jnp.asarray(np.asarray(tensors[k]), dtype=param_dtype))
     return abstract
 
 

@@ -1,0 +1,71 @@
+"""The specjax command line."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from specjax.cli import CLIError, main, read_prompts
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_read_prompts_formats_and_errors(tmp_path):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"id": "a", "prompt": "hi"}\n\n{"question_id": 7, "category": "qa", '
+                 '"turns": ["first", "second"]}\n')
+    assert read_prompts(str(f)) == [{"id": "a", "prompt": "hi"},
+                                    {"id": 7, "prompt": "first", "category": "qa"}]
+    f.write_text('{"id": 1, "prompt": "ok"}\n{"id": 2, "prompt": \n')
+    with pytest.raises(CLIError, match=r"p.jsonl:2: invalid JSON"):
+        read_prompts(str(f))
+    f.write_text('{"id": 1, "text": "no prompt"}\n')
+    with pytest.raises(CLIError, match=r"p.jsonl:1: needs a 'prompt' or a 'turns' field"):
+        read_prompts(str(f))
+    with pytest.raises(CLIError, match="not found"):
+        read_prompts(str(tmp_path / "missing.jsonl"))
+
+
+def test_cli_errors_are_clear(capsys, tmp_path):
+    assert main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
+    assert "neither a preset" in capsys.readouterr().err
+    assert main(["generate", "--method", "medusa", "--prompt", "x"]) == 2
+    assert "--method 'medusa' is not available" in capsys.readouterr().err
+    assert main(["generate", "--temperature", "-1", "--prompt", "x"]) == 2
+    assert "temperature must be" in capsys.readouterr().err
+
+
+@pytest.mark.real_model
+def test_cli_generate_and_info(tmp_path, capsys):
+    pf = tmp_path / "p.jsonl"
+    pf.write_text('{"id": "q1", "prompt": "What is 2+2?"}\n'
+                  '{"question_id": 5, "turns": ["Name a color."]}\n')
+    out = tmp_path / "out.jsonl"
+    rc = main(["generate", "--prompts", str(pf), "--max-new-tokens", "8", "--batch-size", "2",
+               "--output", str(out), "--quiet"])
+    assert rc == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["id"] for r in recs] == ["q1", 5]
+    for r in recs:
+        assert set(r) >= {"id", "prompt_ids", "output_ids", "text", "new_tokens",
+                          "target_forwards", "wall_s"}
+        assert r["new_tokens"] == len(r["output_ids"]) <= 8
+        assert r["target_forwards"] == r["new_tokens"]
+    assert "tokens/s" in capsys.readouterr().err
+    assert main(["info"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["architecture"] == "llama" and info["tokenizer"]["vocab_size"] == 49152
+
+
+def test_every_package_is_listed_in_pyproject():
+    """Packages are listed explicitly (pallas_kernels/ and train/ map under specjax.*)."""
+    cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(cfg["packages"])
+    found = set()
+    for top, ns in (("specjax", "specjax"), ("pallas_kernels", "specjax.pallas_kernels"),
+                    ("train", "specjax.train")):
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / top)
+            found.add(".".join([ns, *rel.parts]))
+    assert found == listed

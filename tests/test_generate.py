@@ -1,0 +1,183 @@
+"""Plain decoding: reference equality, batching, sampling, stopping and bad inputs."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.config import tiny_config
+from specjax.engine import GenerationError, bucket_length, generate
+from specjax.models.loaders import random_model
+from specjax.sampling import SamplingError, SamplingParams, process_logits
+
+CFG = tiny_config(vocab_size=96, num_layers=2)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return random_model(CFG, seed=11)
+
+
+def naive_greedy(model, prompt, n, eos=()):
+    """Recomputes the whole sequence every step with a fresh cache (causal, so the fixed-size
+    right padding cannot influence earlier positions): no incremental cache, no loop tricks."""
+    L = len(prompt) + n
+    from flax import nnx
+
+    @nnx.jit
+    def last_logits(m, toks, t):
+        o = m(toks, jnp.arange(L)[None], m.init_cache(1, L))
+        return o.logits[0, t - 1]
+
+    seq = list(prompt)
+    out = []
+    for _ in range(n):
+        toks = jnp.asarray([seq + [0] * (L - len(seq))], jnp.int32)
+        t = int(jnp.argmax(last_logits(model, toks, len(seq))))
+        out.append(t)
+        seq.append(t)
+        if t in eos:
+            break
+    return out
+
+
+def prompts_of(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, CFG.vocab_size, n).tolist() for n in lengths]
+
+
+def test_greedy_equals_naive_recompute(model):
+    ps = prompts_of([5, 17])
+    res = generate(model, ps, max_new_tokens=12)
+    for p, got in zip(ps, res.tokens):
+        assert got == naive_greedy(model, p, 12)
+    assert res.target_forwards == [12, 12]
+    assert res.stop_reason == ["max_new_tokens"] * 2
+
+
+def test_batched_mixed_lengths_equal_batch_one(model):
+    ps = prompts_of([3, 9, 20, 1, 33, 7], seed=1)
+    single = [generate(model, [p], max_new_tokens=10).tokens[0] for p in ps]
+    for bs in (2, 4, 6):
+        batched = generate(model, ps, max_new_tokens=10, batch_size=bs).tokens
+        assert batched == single, f"batch size {bs}"
+
+
+def test_eos_stops_row_and_is_kept(model):
+    p = prompts_of([6], seed=2)[0]
+    free = generate(model, [p], max_new_tokens=12).tokens[0]
+    eos = free[4]
+    first = free.index(eos)
+    res = generate(model, [p, prompts_of([9], seed=3)[0]], max_new_tokens=12, eos_ids=[eos])
+    assert res.tokens[0] == free[: first + 1]
+    assert res.stop_reason[0] == "eos"
+
+
+def test_cache_full_stops(model):
+    p = prompts_of([10], seed=4)[0]
+    res = generate(model, [p], max_new_tokens=50, cache_len=16)
+    # 10 prompt tokens + 6 fed-back tokens fill the cache; the 7th new token needs no slot
+    assert len(res.tokens[0]) == 7
+    assert res.stop_reason[0] == "cache_full"
+    assert res.tokens[0] == naive_greedy(model, p, 7)
+
+
+def test_sampling_is_seeded_and_batch_independent(model):
+    ps = prompts_of([4, 8, 12], seed=5)
+    sp = SamplingParams(temperature=1.0, seed=123)
+    a = generate(model, ps, max_new_tokens=16, sampling=sp, batch_size=3).tokens
+    b = generate(model, ps, max_new_tokens=16, sampling=sp, batch_size=3).tokens
+    c = generate(model, ps, max_new_tokens=16, sampling=sp, batch_size=1).tokens
+    d = generate(model, ps, max_new_tokens=16,
+                 sampling=SamplingParams(temperature=1.0, seed=124)).tokens
+    assert a == b == c
+    assert a != d
+
+
+def test_sampled_first_token_follows_the_distribution(model):
+    """Many seeds, one prompt: the empirical first-token frequencies match softmax(logits/T)."""
+    p = prompts_of([5], seed=6)[0]
+    T = 1.5
+    o = model(jnp.asarray([p]), jnp.arange(5)[None], model.init_cache(1, 5))
+    probs = np.asarray(jax.nn.softmax(o.logits[0, -1] / T))
+    n = 3000
+    res = generate(model, [p] * n, max_new_tokens=1, batch_size=n,
+                   sampling=SamplingParams(temperature=T, seed=0))
+    counts = np.bincount([t[0] for t in res.tokens], minlength=CFG.vocab_size)
+    # chi-square over tokens with expected count >= 5, others pooled
+    exp = probs * n
+    big = exp >= 5
+    obs_b, exp_b = counts[big], exp[big]
+    if (~big).any():
+        obs_b = np.append(obs_b, counts[~big].sum())
+        exp_b = np.append(exp_b, exp[~big].sum())
+    chi2 = ((obs_b - exp_b) ** 2 / exp_b).sum()
+    dof = len(obs_b) - 1
+    # 99.9% quantile of chi-square is below dof + 4.5*sqrt(2*dof) + 10 for these dof
+    assert chi2 < dof + 4.5 * np.sqrt(2 * dof) + 10, (chi2, dof)
+
+
+def test_top_k_top_p_masks():
+    logits = jnp.log(jnp.array([[0.4, 0.3, 0.15, 0.1, 0.05]]))
+    keep = lambda lp: np.isfinite(np.asarray(lp[0]))  # noqa: E731
+    assert keep(process_logits(logits, 1.0, 2, 1.0)).tolist() == [1, 1, 0, 0, 0]
+    # top-p 0.7: 0.4 + 0.3 reaches 0.7 -> two tokens; 0.71 needs the third
+    assert keep(process_logits(logits, 1.0, 0, 0.7)).tolist() == [1, 1, 0, 0, 0]
+    assert keep(process_logits(logits, 1.0, 0, 0.71)).tolist() == [1, 1, 1, 0, 0]
+    assert keep(process_logits(logits, 1.0, 0, 1.0)).all()
+    # top-k then top-p on the renormalised survivors: k=3 -> (0.47, 0.35, 0.18)
+    assert keep(process_logits(logits, 1.0, 3, 0.8)).tolist() == [1, 1, 0, 0, 0]
+    lp = process_logits(logits, 1.0, 2, 1.0)
+    np.testing.assert_allclose(np.exp(np.asarray(lp[0, :2])), [0.4 / 0.7, 0.3 / 0.7], rtol=1e-6)
+    # temperature: log-probs of softmax(logits / T)
+    lp = process_logits(logits, 2.0, 0, 1.0)
+    np.testing.assert_allclose(np.asarray(lp), np.asarray(jax.nn.log_softmax(logits / 2.0)),
+                               rtol=1e-6)
+
+
+def test_top_k_sampling_never_leaves_the_top_k(model):
+    ps = prompts_of([5], seed=7)
+    sp = SamplingParams(temperature=1.0, top_k=3, seed=1)
+    res = generate(model, ps * 64, max_new_tokens=1, batch_size=64, sampling=sp)
+    o = model(jnp.asarray(ps), jnp.arange(5)[None], model.init_cache(1, 5))
+    top3 = set(np.argsort(-np.asarray(o.logits[0, -1]))[:3].tolist())
+    got = {t[0] for t in res.tokens}
+    assert got <= top3 and len(got) > 1
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(temperature=-1.0), "temperature"),
+    (dict(temperature=float("nan")), "temperature"),
+    (dict(top_k=-2), "top_k"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_p=1.5), "top_p"),
+])
+def test_invalid_sampling_parameters(kwargs, match):
+    with pytest.raises(SamplingError, match=match):
+        SamplingParams(**kwargs)
+
+
+def test_bad_inputs(model):
+    with pytest.raises(GenerationError, match="prompt 1 is empty"):
+        generate(model, [[1, 2], []], max_new_tokens=4)
+    with pytest.raises(GenerationError, match=r"prompt 0 has 40 tokens, longer than the cache \(32\)"):
+        generate(model, [list(range(40))], max_new_tokens=4, cache_len=32)
+    with pytest.raises(GenerationError, match="outside the vocabulary"):
+        generate(model, [[1, 2, 500]], max_new_tokens=4)
+    with pytest.raises(GenerationError, match="max_new_tokens"):
+        generate(model, [[1, 2]], max_new_tokens=0)
+    with pytest.raises(GenerationError, match="not text"):
+        generate(model, "hello", max_new_tokens=3)
+    with pytest.raises(GenerationError, match="context length"):
+        generate(model, [[1] * 1100], max_new_tokens=3)
+
+
+def test_prompt_buckets_limit_recompiles(model):
+    from specjax import engine
+
+    assert [bucket_length(n) for n in (1, 16, 17, 100, 256, 257, 600)] == [
+        16, 16, 32, 128, 256, 512, 768]
+    generate(model, prompts_of([20]), max_new_tokens=4)
+    n = len(engine.COMPILED._cache)
+    r = generate(model, prompts_of([25]), max_new_tokens=4)  # same bucket (32)
+    assert len(engine.COMPILED._cache) == n and r.compile_s == 0.0

@@ -1,0 +1,104 @@
+"""The real SmolLM2-135M-Instruct GGUF against Hugging Face transformers on the same file.
+
+transformers reads the GGUF itself (its own dequantization and its own undoing of llama.cpp's
+Q/K permutation) and builds its tokenizer from the GGUF metadata, so weights, rotary layout and
+tokenizer are checked against an independent implementation.
+"""
+
+import numpy as np
+import pytest
+
+from specjax.engine import generate
+
+pytestmark = pytest.mark.real_model
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Summarize: the quick brown fox jumps over the lazy dog, twice, on 12 March 2024.",
+]
+
+
+@pytest.fixture(scope="module")
+def hf():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    from specjax.models.loaders import resolve_preset
+
+    path = resolve_preset("smollm2-135m")
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    model.eval()
+    tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    return model, tok
+
+
+def test_config_and_tokenizer_facts(smollm2):
+    cfg = smollm2.config
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads) == (30, 576, 9, 3)
+    assert cfg.tie_embeddings and cfg.vocab_size == 49152 and cfg.rope_theta == 100000.0
+    assert 134e6 < cfg.num_params < 136e6
+    tok = smollm2.tokenizer
+    assert tok.eos_ids == (2,) and tok.id_to_token(2) == "<|im_end|>"
+
+
+def test_tokenizer_matches_transformers(smollm2, hf):
+    _, htok = hf
+    texts = PROMPTS + ["héllo wörld 你好 🙂\n\tx = 12345;  ", "  leading spaces and 3.14159",
+                       "<|im_start|>user\nhi<|im_end|>"]
+    for t in texts:
+        assert smollm2.tokenizer.encode(t) == htok.encode(t, add_special_tokens=False), t
+
+
+def test_tokenizer_round_trip_unicode(smollm2):
+    tok = smollm2.tokenizer
+    rng = np.random.default_rng(0)
+    # random code points from several planes, including combining marks and emoji
+    pools = [range(0x20, 0x7F), range(0xA0, 0x2FF), range(0x370, 0x3FF), range(0x4E00, 0x4FFF),
+             range(0x1F300, 0x1F64F), [0x0301, 0x200D, 0x0A, 0x09]]
+    for _ in range(50):
+        s = "".join(chr(int(rng.choice(list(pools[rng.integers(len(pools))]))))
+                    for _ in range(rng.integers(1, 40)))
+        assert tok.decode(tok.encode(s), skip_special_tokens=False) == s
+    assert [t for t in tok.encode("12345")] == [tok.encode(c)[0] for c in "12345"]
+
+
+def test_chat_template_matches_transformers(smollm2, hf):
+    _, htok = hf
+    msgs = [{"role": "user", "content": "Hello there"}]
+    ours = smollm2.tokenizer.apply_chat_template(msgs)
+    theirs = htok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    assert ours == theirs
+    assert ours.endswith("<|im_start|>assistant\n")
+
+
+def test_logits_match_transformers(smollm2, hf):
+    import jax.numpy as jnp
+    import torch
+
+    model, _ = hf
+    for text in PROMPTS:
+        ids = smollm2.tokenizer.encode_chat(text)
+        T = len(ids)
+        out = smollm2.model(jnp.asarray([ids]), jnp.arange(T)[None],
+                            smollm2.model.init_cache(1, T))
+        with torch.no_grad():
+            ref = model(torch.tensor([ids])).logits[0].numpy()
+        got = np.asarray(out.logits[0])
+        # float32 end to end; logits reach |40|: 1e-3 absolute covers summation-order noise
+        np.testing.assert_allclose(got, ref, atol=1e-3, rtol=0)
+        assert (got.argmax(-1) == ref.argmax(-1)).all()
+
+
+def test_greedy_32_tokens_match_transformers(smollm2, hf):
+    import torch
+
+    model, _ = hf
+    ids = [smollm2.tokenizer.encode_chat(t) for t in PROMPTS]
+    res = generate(smollm2.model, ids, max_new_tokens=32, batch_size=3)
+    for p, got in zip(ids, res.tokens):
+        with torch.no_grad():
+            ref = model.generate(torch.tensor([p]), max_new_tokens=32, do_sample=False,
+                                 eos_token_id=None, pad_token_id=0)[0, len(p):].tolist()
+        assert got == ref
