@@ -126,6 +126,8 @@ def tokenizer_from_gguf_fields(fields: dict, source: str) -> Tokenizer:
             f"{source}: GGUF tokenizer model {model!r} is not supported (only byte-level BPE, "
             "'gpt2'); load the checkpoint's tokenizer.json instead"
         )
+    if "tokenizer.ggml.tokens" not in fields:
+        raise TokenizerError(f"{source}: GGUF metadata lacks tokenizer.ggml.tokens")
     tokens = list(fields["tokenizer.ggml.tokens"])
     merges = [tuple(m.split(" ", 1)) for m in fields.get("tokenizer.ggml.merges", [])]
     types = list(fields.get("tokenizer.ggml.token_type", [_NORMAL] * len(tokens)))

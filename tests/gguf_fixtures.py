@@ -76,6 +76,9 @@ _LAYER = {
     "mlp.gate_proj.weight": "ffn_gate.weight",
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.bias": "attn_v.bias",
 }
 
 
@@ -92,15 +95,23 @@ def gguf_name(hf: str) -> str:
 
 def gguf_tensors(cfg, tensors: dict[str, np.ndarray], permute=llama_cpp_permute
                  ) -> dict[str, np.ndarray]:
-    """HF-named float32 tensors -> llama.cpp-named ones, Q/K rows permuted, in writing order."""
+    """HF-named float32 tensors -> llama.cpp-named ones, in writing order.
+
+    Q/K rows (and biases) are permuted for the llama architecture only, as llama.cpp's
+    converter does (its Qwen2 converter keeps the Hugging Face layout).
+    """
+    if cfg.architecture != "llama":
+        permute = None
     out = {"token_embd.weight": tensors["model.embed_tokens.weight"]}
     for i in range(cfg.num_layers):
         for hf_rest in _LAYER:
             hf = f"model.layers.{i}.{hf_rest}"
+            if hf not in tensors:
+                continue
             w = tensors[hf]
-            if hf_rest == "self_attn.q_proj.weight":
+            if permute is not None and hf_rest.startswith("self_attn.q_proj."):
                 w = permute(w, cfg.num_heads)
-            elif hf_rest == "self_attn.k_proj.weight":
+            elif permute is not None and hf_rest.startswith("self_attn.k_proj."):
                 w = permute(w, cfg.num_kv_heads)
             out[gguf_name(hf)] = w
     out["output_norm.weight"] = tensors["model.norm.weight"]

@@ -234,6 +234,13 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dic
             if rest not in _GGUF_LAYER_NAMES:
                 continue  # e.g. rope_freqs: derived from metadata
             hf = f"model.layers.{int(idx)}.{_GGUF_LAYER_NAMES[rest]}"
+            if permute and rest.startswith(("attn_q.", "attn_k.")):
+                heads = cfg.num_heads if rest.startswith("attn_q.") else cfg.num_kv_heads
+                if arr.shape[0] != heads * cfg.head_dim:
+                    raise CheckpointError(
+                        f"{source}: tensor {name!r} has {arr.shape[0]} rows, expected "
+                        f"{heads * cfg.head_dim} ({heads} heads x {cfg.head_dim})"
+                    )
             if permute and rest in ("attn_q.weight", "attn_q.bias"):
                 arr = unpermute_rope_rows(arr, cfg.num_heads)
             elif permute and rest in ("attn_k.weight", "attn_k.bias"):
@@ -309,6 +316,8 @@ def hf_config(config: dict, source: str) -> ModelConfig:
         )
     except KeyError as e:
         raise CheckpointError(f"{source}: config.json lacks {e.args[0]!r}") from None
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: config.json has an invalid value ({e})") from None
     except ConfigError as e:
         raise CheckpointError(f"{source}: {e}") from e
 
@@ -319,7 +328,13 @@ def read_safetensors(path: Path) -> dict[str, np.ndarray]:
 
     index = path / "model.safetensors.index.json"
     if index.exists():
-        files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = sorted(set(weight_map.values()))
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointError(
+                f"{index}: not a valid safetensors index (needs a 'weight_map' object): {e!r}"
+            ) from None
         files = [path / f for f in files]
     else:
         files = sorted(path.glob("*.safetensors"))
@@ -350,6 +365,8 @@ def load_hf_dir(path, *, dtype=jnp.float32, param_dtype=jnp.float32) -> LoadedMo
         config = json.loads(cj.read_text())
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{cj}: invalid JSON ({e})") from e
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{cj}: expected a JSON object, got {type(config).__name__}")
     cfg = hf_config(config, str(cj))
     tensors = read_safetensors(path)
     if cfg.tie_embeddings:

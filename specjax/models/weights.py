@@ -71,12 +71,34 @@ def _targets(model: Llama) -> dict[str, nnx.Variable]:
     return out
 
 
+_GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def _with_gguf_name(hf_name: str) -> str:
+    """``model.layers.1.mlp.up_proj.weight (GGUF: blk.1.ffn_up.weight)`` for error messages."""
+    parts = hf_name.split(".", 3)
+    if len(parts) == 4 and parts[1] == "layers" and parts[3] in _GGUF_NAMES:
+        return f"{hf_name} (GGUF: blk.{parts[2]}.{_GGUF_NAMES[parts[3]]})"
+    return hf_name
+
+
 def model_from_tensors(cfg: ModelConfig, tensors: Mapping[str, np.ndarray], *, source: str,
                        param_dtype=jnp.float32, dtype=jnp.float32) -> Llama:
     """Builds a model whose parameters are ``tensors`` (HF names). Checks every name and shape."""
     want = expected_shapes(cfg)
     missing = [k for k in want if k not in tensors]
     if missing:
+        missing = [_with_gguf_name(k) for k in missing]
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
         raise CheckpointError(f"{source}: missing tensor(s) {missing[:5]}{more}")
     for k, shape in want.items():
