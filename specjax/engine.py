@@ -185,6 +185,8 @@ class _Compiled:
 
 
 def fn_static(fn) -> tuple[str, ...]:
+    if id(fn) not in _STATICS:
+        _register_spec_statics()
     return _STATICS.get(id(fn), ())
 
 
@@ -192,6 +194,14 @@ _STATICS = {
     id(_prefill_jit): ("graphdef", "cache_len", "max_out", "greedy", "eos_ids"),
     id(_decode_jit): ("graphdef", "greedy", "eos_ids"),
 }
+
+
+def _register_spec_statics():
+    from specjax.speculative import spec_loop_jit, spec_prefill_jit
+
+    common = ("graphdef", "drafter", "policy", "greedy", "eos_ids", "K")
+    _STATICS[id(spec_prefill_jit)] = common + ("cache_len",)
+    _STATICS[id(spec_loop_jit)] = common
 COMPILED = _Compiled()
 
 
@@ -258,11 +268,19 @@ def generate(
       cache_len: static KV-cache length (default: padded prompt length + max_new_tokens,
         rounded up to 64). A prompt longer than the cache is an error; generation that reaches
         the end of the cache stops with ``stop_reason == "cache_full"``.
-      drafter, verifier, policy: speculative decoding (reserved; ``None`` = plain decoding).
+      drafter: a drafter (``specjax.drafters.make(name, lm, ...)``); ``None`` = plain decoding.
+      verifier: ``None``/``"exact"``: greedy verification when greedy, lossless speculative
+        sampling otherwise (both reproduce plain decoding's output distribution exactly).
+      policy: draft-length policy (default: fixed ``k = drafter.max_k``).
       progress: called with the number of prompts finished after each batch.
     """
-    if drafter is not None or verifier is not None or policy is not None:
-        raise NotImplementedError("speculative decoding is not available in this version yet")
+    if verifier not in (None, "exact"):
+        raise GenerationError(
+            f"unknown verifier {verifier!r}: the exact rule (greedy or lossless speculative "
+            "sampling, chosen by the sampling parameters) is the only one available"
+        )
+    if policy is not None and drafter is None:
+        raise GenerationError("a policy needs a drafter")
     sampling = sampling or SamplingParams()
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
         raise GenerationError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
@@ -283,7 +301,17 @@ def generate(
     top_p = jnp.float32(sampling.top_p)
     base_key = jax.random.key_data(jax.random.key(sampling.seed))
 
+    spec = drafter is not None
+    if spec:
+        from specjax.policies.fixed import FixedPolicy
+        from specjax.speculative import spec_loop_jit, spec_prefill_jit
+
+        K = int(drafter.max_k)
+        policy = policy if policy is not None else FixedPolicy(K)
+        dparams = drafter.params()
     res = GenerationResult([], [], [], [], [], 0.0, [])
+    if spec:
+        res.extra = {"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []}
     for start in range(0, len(prompts), bs):
         chunk = prompts[start:start + bs]
         n_real = len(chunk)
@@ -301,23 +329,47 @@ def generate(
         keys = jax.vmap(jax.random.fold_in, (None, 0))(
             jax.random.wrap_key_data(base_key), jnp.arange(start, start + bs))
         keys = jax.random.key_data(keys)
-        max_out = max_new_tokens
         t0 = time.perf_counter()
-        state, c1 = call_compiled(
-            _prefill_jit, params, jnp.asarray(toks), jnp.asarray(lens),
-            jnp.asarray(max_new), keys, temp, top_k, top_p, cache_len=S, max_out=max_out,
-            greedy=greedy, eos_ids=eos_ids, graphdef=graphdef)
+        if spec:
+            common = dict(graphdef=graphdef, drafter=drafter, policy=policy, greedy=greedy,
+                          eos_ids=eos_ids, K=K)
+            state, c1 = call_compiled(
+                spec_prefill_jit, params, dparams, jnp.asarray(toks), jnp.asarray(lens),
+                jnp.asarray(max_new), keys, temp, top_k, top_p, cache_len=S, **common)
+        else:
+            state, c1 = call_compiled(
+                _prefill_jit, params, jnp.asarray(toks), jnp.asarray(lens),
+                jnp.asarray(max_new), keys, temp, top_k, top_p, cache_len=S,
+                max_out=max_new_tokens, greedy=greedy, eos_ids=eos_ids, graphdef=graphdef)
         t1 = time.perf_counter()
         jax.block_until_ready(state)
         t_prefill = time.perf_counter() - t1 + (t1 - t0 - c1)
         t2 = time.perf_counter()
-        state, c2 = call_compiled(_decode_jit, params, state, temp, top_k, top_p,
-                                  greedy=greedy, eos_ids=eos_ids, graphdef=graphdef)
-        out = np.asarray(state.out)
-        n_out = np.asarray(state.n_out)
-        fw = np.asarray(state.forwards)
+        if spec:
+            state, c2 = call_compiled(spec_loop_jit, params, dparams, state, temp, top_k, top_p,
+                                      **common)
+            seq = np.asarray(state.seq)
+            seq_len = np.asarray(state.seq_len)
+            out = np.zeros((bs, max_new_tokens), np.int32)
+            n_out = seq_len - lens
+            for i in range(bs):
+                out[i, :n_out[i]] = seq[i, lens[i]:seq_len[i]]
+            mt = jax.device_get(state.metrics)
+            fw = np.asarray(mt.forwards)
+        else:
+            state, c2 = call_compiled(_decode_jit, params, state, temp, top_k, top_p,
+                                      greedy=greedy, eos_ids=eos_ids, graphdef=graphdef)
+            out = np.asarray(state.out)
+            n_out = np.asarray(state.n_out)
+            fw = np.asarray(state.forwards)
         lengths = np.asarray(state.cache.lengths)
         t_decode = time.perf_counter() - t2 - c2
+        if spec:
+            for i in range(n_real):
+                res.extra["drafted"].append(int(mt.drafted[i]))
+                res.extra["accepted"].append(int(mt.accepted[i]))
+                res.extra["drafted_at"].append(np.asarray(mt.drafted_at[i]).tolist())
+                res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
         res.compile_s += c1 + c2
         for i in range(n_real):
             toks_i = out[i, :n_out[i]].tolist()

@@ -1,1 +1,14 @@
-"""specjax.drafters"""
+"""Drafters behind one protocol, registered by name (see :func:`make`)."""
+
+from specjax.drafters import draft_model, prompt_lookup, self_spec  # noqa: F401  (registers)
+from specjax.drafters.base import (
+    Draft,
+    Drafter,
+    DrafterError,
+    StepContext,
+    available,
+    make,
+    register,
+)
+
+__all__ = ["Draft", "Drafter", "DrafterError", "StepContext", "available", "make", "register"]

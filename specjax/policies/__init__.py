@@ -1,1 +1,6 @@
-"""specjax.policies"""
+"""Speculation-length policies."""
+
+from specjax.policies.base import Policy
+from specjax.policies.fixed import FixedPolicy
+
+__all__ = ["FixedPolicy", "Policy"]

@@ -1,0 +1,115 @@
+"""A separate (small) draft model with the target's tokenizer and its own KV cache.
+
+Cache sync: after each step the draft cache must hold the committed tokens. Instead of
+tracking which drafted entries survived, every proposal starts by feeding the two newest
+tokens ``[x_{n-1}, x_n]`` at positions ``n-1, n`` with the draft cache's length set to
+``n - 1``: entries before ``n - 1`` are always committed tokens (the previous proposal wrote
+the accepted path there), entry ``n - 1`` is rewritten with identical values if it was already
+right, and the correction/bonus token ``x_n`` is added. So the draft cache is exact after any
+acceptance length, including a full acceptance (whose last draft token was never fed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.drafters.base import Draft, DrafterError, StepContext, chain_draft, check_k, register
+
+
+@dataclasses.dataclass(frozen=True)
+class DraftModelDrafter:
+    graphdef: object
+    max_k: int
+    vocab: int
+    description: str = ""
+    name: str = "draft_model"
+    deterministic: bool = False
+    _params: object = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    def params(self):
+        return self._params
+
+    def _model(self, params):
+        return nnx.merge(self.graphdef, params)
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+        m = self._model(params)
+        B, P = prompt_tokens.shape
+        cache = m.init_cache(B, cache_len)
+        pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
+        out = m(prompt_tokens, pos, cache, compute_logits=False)
+        return out.cache.with_lengths(prompt_lens)
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+        m = self._model(params)
+
+        def step(tokens, positions, cache):
+            o = m(tokens, positions, cache, logits_index=jnp.full(
+                (tokens.shape[0], 1), tokens.shape[1] - 1, jnp.int32))
+            return o.logits[:, 0], o.cache
+
+        n = ctx.seq_len - 1
+        idx = jnp.stack([n - 1, n], axis=1)
+        first = jnp.take_along_axis(ctx.seq, idx, axis=1)
+        kmax = jnp.max(jnp.where(ctx.live, k, 0))
+        # the first step always runs (it keeps the draft cache in sync even when k == 0)
+        tokens, q, cache = chain_draft(step, state, first, idx, self.max_k, kmax, ctx, greedy,
+                                       self.vocab)
+        return Draft(tokens=tokens, n=k, q=q), cache, ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc):
+        return state
+
+
+def truncated_copy(target_model, num_layers: int):
+    """A draft model made of the target's first ``num_layers`` blocks and its head (demo)."""
+    from specjax.models.weights import model_from_tensors, model_to_tensors
+
+    cfg = target_model.cfg
+    tensors = {
+        k: v for k, v in model_to_tensors(target_model).items()
+        if not k.startswith("model.layers.") or int(k.split(".")[2]) < num_layers
+    }
+    small = dataclasses.replace(cfg, num_layers=num_layers)
+    return model_from_tensors(small, tensors, source=f"first {num_layers} layers of the target",
+                              dtype=target_model.dtype)
+
+
+@register("draft_model")
+def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None = None
+                     ) -> DraftModelDrafter:
+    """``draft_model``: a preset, GGUF path or HF directory; default: the target's first
+    ``layers`` blocks (a stand-in until a trained draft model exists)."""
+    target = getattr(target_lm, "model", target_lm)
+    L = target.cfg.num_layers
+    if draft_model is None:
+        n = layers if layers is not None else max(1, L // 6)
+        if not isinstance(n, int) or not 1 <= n < L:
+            raise DrafterError(f"layers must be in [1, {L - 1}], got {n!r}")
+        dm = truncated_copy(target, n)
+        desc = f"target's first {n} of {L} layers"
+    elif hasattr(draft_model, "cfg"):
+        dm, desc = draft_model, "given model"
+    else:
+        from specjax.models.loaders import load
+
+        lm = load(draft_model, dtype=target.dtype)
+        dm, desc = lm.model, str(draft_model)
+        tok_t = getattr(target_lm, "tokenizer", None)
+        if tok_t is not None and lm.tokenizer is not None and tok_t.vocab_size != \
+                lm.tokenizer.vocab_size:
+            raise DrafterError(
+                f"draft model {draft_model!r} has a {lm.tokenizer.vocab_size}-token vocabulary, "
+                f"the target {tok_t.vocab_size}: they must share one tokenizer"
+            )
+    if dm.cfg.vocab_size != target.cfg.vocab_size:
+        raise DrafterError(
+            f"draft model vocabulary ({dm.cfg.vocab_size}) differs from the target's "
+            f"({target.cfg.vocab_size}): they must share one tokenizer"
+        )
+    graphdef, params = nnx.split(dm)
+    return DraftModelDrafter(graphdef=graphdef, max_k=check_k(k), vocab=dm.cfg.vocab_size,
+                             description=desc, _params=params)

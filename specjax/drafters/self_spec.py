@@ -1,0 +1,151 @@
+"""Self-speculative drafters: the target's own early layers, or the target minus some sublayers.
+
+Both draft through the target's weights and its KV cache. The committed prefix is read from the
+target cache (for an early exit at layer ``l`` that is exactly what a truncated model would
+have cached, since the first ``l`` layers see the same inputs); drafted entries are written as
+scratch past the committed length and overwritten by the verify pass, which computes every
+layer for the whole block and so leaves the cache as plain decoding would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from specjax.drafters.base import Draft, DrafterError, StepContext, chain_draft, check_k, register
+
+
+def _target_model(target_lm):
+    return getattr(target_lm, "model", target_lm)
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyExitDrafter:
+    """LayerSkip/DEL-style drafting with the first ``exit_layer`` blocks and the shared head."""
+
+    exit_layer: int
+    max_k: int
+    num_layers: int
+    name: str = "early_exit"
+    deterministic: bool = False
+
+    def params(self):
+        return None
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+        return ()
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+        def step(tokens, positions, cache):
+            o = target(tokens, positions, cache, exit_layer=self.exit_layer)
+            return o.logits[:, -1], o.cache
+
+        n = ctx.seq_len - 1  # committed length = position of the pending token
+        kmax = jnp.max(jnp.where(ctx.live, k, 0))
+        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None], n[:, None],
+                                       self.max_k, kmax, ctx, greedy, target.cfg.vocab_size,
+                                       skip_if_zero=True)
+        cache = cache.with_lengths(ctx.target_cache.lengths)
+        return Draft(tokens=tokens, n=k, q=q), state, cache
+
+    def update(self, params, state, ctx, n_acc):
+        return state
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSkipDrafter:
+    """SWIFT-style drafting with a fixed set of skipped attention / MLP sublayers."""
+
+    skip_attn: tuple[int, ...]
+    skip_mlp: tuple[int, ...]
+    max_k: int
+    name: str = "layer_skip"
+    deterministic: bool = False
+
+    def params(self):
+        return None
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+        return ()
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+        def step(tokens, positions, cache):
+            o = target(tokens, positions, cache, skip_attn=self.skip_attn,
+                       skip_mlp=self.skip_mlp)
+            return o.logits[:, -1], o.cache
+
+        n = ctx.seq_len - 1
+        kmax = jnp.max(jnp.where(ctx.live, k, 0))
+        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None], n[:, None],
+                                       self.max_k, kmax, ctx, greedy, target.cfg.vocab_size,
+                                       skip_if_zero=True)
+        cache = cache.with_lengths(ctx.target_cache.lengths)
+        return Draft(tokens=tokens, n=k, q=q), state, cache
+
+    def update(self, params, state, ctx, n_acc):
+        return state
+
+
+def _parse_layers(v, name) -> tuple[int, ...]:
+    if v is None or v == "":
+        return ()
+    if isinstance(v, str):
+        out = []
+        for part in v.replace(";", ",").split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if "-" in part:
+                a, b = part.split("-", 1)
+                out.extend(range(int(a), int(b) + 1))
+            else:
+                out.append(int(part))
+        return tuple(sorted(set(out)))
+    try:
+        return tuple(sorted(set(int(i) for i in v)))
+    except TypeError:
+        raise DrafterError(f"{name} must be a list of layer indices, got {v!r}") from None
+
+
+def default_skip_set(num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A fixed skip set until the SWIFT search exists: every other middle layer's attention and
+    MLP (first and last layers kept), within SWIFT's budget of 0.45 * 2(L - 2) sublayers."""
+    middle = list(range(1, num_layers - 1))
+    chosen = middle[1::2]
+    budget = int(0.45 * 2 * (num_layers - 2)) // 2
+    chosen = tuple(chosen[:max(budget, 1)])
+    return chosen, chosen
+
+
+@register("early_exit")
+def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None) -> EarlyExitDrafter:
+    model = _target_model(target_lm)
+    L = model.cfg.num_layers
+    if exit_layer is None:
+        exit_layer = max(1, L // 4)
+    if not isinstance(exit_layer, int) or not 1 <= exit_layer < L:
+        raise DrafterError(
+            f"exit_layer must be an integer in [1, {L - 1}] for this {L}-layer model, "
+            f"got {exit_layer!r}"
+        )
+    return EarlyExitDrafter(exit_layer=exit_layer, max_k=check_k(k), num_layers=L)
+
+
+@register("layer_skip")
+def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None) -> LayerSkipDrafter:
+    model = _target_model(target_lm)
+    L = model.cfg.num_layers
+    if skip_attn is None and skip_mlp is None:
+        sa, sm = default_skip_set(L)
+    else:
+        sa, sm = _parse_layers(skip_attn, "skip_attn"), _parse_layers(skip_mlp, "skip_mlp")
+    for name, s in (("skip_attn", sa), ("skip_mlp", sm)):
+        bad = [i for i in s if not 0 <= i < L]
+        if bad:
+            raise DrafterError(f"{name} names layers {bad} outside [0, {L})")
+    if len(sa) == L and len(sm) == L:
+        raise DrafterError("the skip set skips every sublayer: the draft would ignore its input")
+    if not sa and not sm:
+        raise DrafterError("the skip set is empty: the draft would be the target itself")
+    return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=check_k(k))

@@ -1,0 +1,218 @@
+"""The speculative decoding loop: draft -> verify -> commit in one ``lax.while_loop``.
+
+Per step, per row: the policy picks a draft length ``k``; the drafter proposes up to ``k``
+tokens; the target scores ``[pending, d_1 .. d_K]`` in ONE forward (block size bucketed to what
+the live rows drafted, so drafting nothing costs a plain decoding step); the verifier accepts a
+prefix plus one correction/bonus token; tokens and caches are committed by advancing per-row
+lengths (rejected cache entries stay as scratch past the length and are overwritten later).
+
+Batched rows stay exactly as if decoded alone (card C10): each row has its own committed
+length, positions ``length + arange``, and a mask that shows only its own committed prefix and
+its own block; nothing is re-padded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.cache import KVCache
+from specjax.drafters.base import StepContext
+from specjax.sampling import process_logits
+from specjax.verify import greedy_verify, sampling_verify
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpecMetrics:
+    """Per-row counters.
+
+    forwards: target forwards (prefill included); drafted / accepted: drafted and accepted
+    tokens; drafted_at / accepted_at ``[B, K]``: by draft position.
+    """
+
+    forwards: jax.Array
+    drafted: jax.Array
+    accepted: jax.Array
+    drafted_at: jax.Array
+    accepted_at: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SpecState:
+    """Loop state (see module docstring).
+
+    cache: target KV cache (committed length = ``seq_len - 1`` for live rows).
+    dstate / pstate: drafter and policy state pytrees.
+    seq: ``int32[B, Ls]`` prompt + output tokens; ``seq[b, seq_len-1]`` is the pending token.
+    seq_len, prompt_len, max_new: ``int32[B]``. done: ``bool[B]``. keys: ``uint32[B, 2]``.
+    """
+
+    cache: KVCache
+    dstate: Any
+    pstate: Any
+    seq: jax.Array
+    seq_len: jax.Array
+    prompt_len: jax.Array
+    max_new: jax.Array
+    done: jax.Array
+    keys: jax.Array
+    step: jax.Array
+    metrics: SpecMetrics
+
+
+def verify_buckets(K: int) -> tuple[int, ...]:
+    """Block sizes the verify forward is compiled for: 1, 2, 4, ... and K + 1."""
+    out, b = [], 1
+    while b < K + 1:
+        out.append(b)
+        b *= 2
+    out.append(K + 1)
+    return tuple(out)
+
+
+def _is_eos(tok, eos_ids):
+    if not eos_ids:
+        return jnp.zeros(tok.shape, bool)
+    return jnp.any(tok[..., None] == jnp.asarray(eos_ids, jnp.int32), axis=-1)
+
+
+def spec_prefill(target, drafter, dparams, policy, tokens, lengths, max_new, keys, greedy,
+                 temperature, top_k, top_p, eos_ids, cache_len, K):
+    B, P = tokens.shape
+    cache = target.init_cache(B, cache_len)
+    positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
+    out = target(tokens, positions, cache, logits_index=(lengths - 1)[:, None])
+    cache = out.cache.with_lengths(lengths)
+    logits = out.logits[:, 0]
+    if greedy:
+        first = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    else:
+        lp = process_logits(logits, temperature, top_k, top_p)
+        k0 = jax.vmap(lambda k: jax.random.fold_in(jax.random.wrap_key_data(k), 0))(keys)
+        first = jax.vmap(jax.random.categorical)(k0, lp).astype(jnp.int32)
+    Ls = cache_len + K + 2
+    live = max_new > 0
+    seq = jnp.zeros((B, Ls), jnp.int32).at[:, :P].set(tokens)
+    seq = seq.at[jnp.arange(B), lengths].set(jnp.where(live, first, 0))
+    seq_len = lengths + live.astype(jnp.int32)
+    n_out = live.astype(jnp.int32)
+    done = (~live) | (_is_eos(first, eos_ids) & live) | (n_out >= max_new) | (
+        lengths >= cache_len)
+    dstate = drafter.init(dparams, target, tokens, lengths, cache_len)
+    z = jnp.zeros((B,), jnp.int32)
+    metrics = SpecMetrics(forwards=n_out, drafted=z, accepted=z,
+                          drafted_at=jnp.zeros((B, K), jnp.int32),
+                          accepted_at=jnp.zeros((B, K), jnp.int32))
+    return SpecState(cache=cache, dstate=dstate, pstate=policy.init(B), seq=seq,
+                     seq_len=seq_len, prompt_len=lengths, max_new=max_new, done=done, keys=keys,
+                     step=jnp.zeros((), jnp.int32), metrics=metrics)
+
+
+def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temperature, top_k,
+              top_p, eos_ids, K):
+    S = state.cache.max_len
+    B, Ls = state.seq.shape
+    buckets = verify_buckets(K)
+    ar = jnp.arange(K + 1, dtype=jnp.int32)
+
+    def cond(s: SpecState):
+        return jnp.any(~s.done)
+
+    def body(s: SpecState):
+        live = ~s.done
+        n = s.cache.lengths  # committed = position of the pending token
+        step_keys = jax.vmap(lambda k: jax.random.key_data(
+            jax.random.fold_in(jax.random.wrap_key_data(k), s.step + 1)))(s.keys)
+        ctx = StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache, keys=step_keys,
+                          live=live, temperature=temperature, top_k=top_k, top_p=top_p)
+        n_out = s.seq_len - s.prompt_len
+        k = policy.decide(s.pstate, ctx)
+        k = jnp.minimum(jnp.minimum(k, S - n - 1), s.max_new - n_out - 1)
+        k = jnp.where(live, jnp.clip(k, 0, K), 0).astype(jnp.int32)
+        draft, dstate, cache = drafter.propose(dparams, target, s.dstate, ctx, k, greedy)
+        nd = jnp.where(live, jnp.clip(jnp.minimum(draft.n, k), 0, K), 0)
+        pending = ctx.pending
+        block = jnp.concatenate([pending[:, None], draft.tokens], axis=1)  # [B, K+1]
+        pos = n[:, None] + ar[None]
+        need = jnp.max(nd) + 1
+        branch = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), need, side="left")
+
+        def make_branch(T):
+            def run(cache):
+                o = target(block[:, :T], pos[:, :T], cache)
+                if greedy:
+                    a = jnp.argmax(o.logits, axis=-1).astype(jnp.int32)
+                    res = jnp.zeros((B, K + 1), jnp.int32).at[:, :T].set(a)
+                else:
+                    p = jnp.exp(process_logits(o.logits, temperature, top_k, top_p))
+                    res = jnp.zeros((B, K + 1, p.shape[-1]), jnp.float32).at[:, :T].set(p)
+                return res, o.cache
+
+            return run
+
+        vout, cache = jax.lax.switch(branch, [make_branch(T) for T in buckets], cache)
+        if greedy:
+            n_acc, nxt = greedy_verify(draft.tokens, nd, vout)
+        else:
+            vkeys = jax.vmap(lambda k: jax.random.key_data(
+                jax.random.fold_in(jax.random.wrap_key_data(k), 7)))(step_keys)
+            q = None if drafter.deterministic else draft.q
+            n_acc, nxt = sampling_verify(vkeys, draft.tokens, nd, vout, q)
+        n_acc = jnp.where(live, n_acc, 0)
+        drafts = jnp.concatenate([draft.tokens, jnp.zeros((B, 1), jnp.int32)], axis=1)
+        emitted = jnp.where(ar[None] < n_acc[:, None], drafts,
+                            jnp.where(ar[None] == n_acc[:, None], nxt[:, None], 0))
+        eos = _is_eos(emitted, eos_ids) & (ar[None] <= n_acc[:, None])
+        first_eos = jnp.min(jnp.where(eos, ar[None], K + 1), axis=1)
+        m = jnp.minimum(jnp.minimum(n_acc + 1, s.max_new - n_out), first_eos + 1)
+        m = jnp.where(live, m, 0)
+        idx = s.seq_len[:, None] + ar[None]
+        idx = jnp.where(ar[None] < m[:, None], idx, Ls)  # out of range: dropped
+        seq = s.seq.at[jnp.arange(B)[:, None], idx].set(emitted, mode="drop")
+        seq_len = s.seq_len + m
+        cache = cache.advance(jnp.where(live, n_acc + 1, 0))
+        n_out = seq_len - s.prompt_len
+        done = s.done | (live & ((first_eos < m) | (n_out >= s.max_new) |
+                                 (cache.lengths >= S)))
+        after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
+        dstate = drafter.update(dparams, dstate, after, n_acc)
+        pstate = policy.update(s.pstate, k, n_acc)
+        lv = live.astype(jnp.int32)
+        mt = s.metrics
+        metrics = SpecMetrics(
+            forwards=mt.forwards + lv,
+            drafted=mt.drafted + nd,
+            accepted=mt.accepted + n_acc,
+            drafted_at=mt.drafted_at + (ar[None, :K] < nd[:, None]),
+            accepted_at=mt.accepted_at + (ar[None, :K] < n_acc[:, None]),
+        )
+        return SpecState(cache=cache, dstate=dstate, pstate=pstate, seq=seq, seq_len=seq_len,
+                         prompt_len=s.prompt_len, max_new=s.max_new, done=done, keys=s.keys,
+                         step=s.step + 1, metrics=metrics)
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "drafter", "policy", "greedy",
+                                             "eos_ids", "cache_len", "K"))
+def spec_prefill_jit(params, dparams, tokens, lengths, max_new, keys, temperature, top_k, top_p,
+                     *, graphdef, drafter, policy, greedy, eos_ids, cache_len, K):
+    target = nnx.merge(graphdef, params)
+    return spec_prefill(target, drafter, dparams, policy, tokens, lengths, max_new, keys,
+                        greedy, temperature, top_k, top_p, eos_ids, cache_len, K)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "drafter", "policy", "greedy",
+                                             "eos_ids", "K"), donate_argnames=("state",))
+def spec_loop_jit(params, dparams, state, temperature, top_k, top_p, *, graphdef, drafter,
+                  policy, greedy, eos_ids, K):
+    target = nnx.merge(graphdef, params)
+    return spec_loop(target, drafter, dparams, policy, state, greedy, temperature, top_k, top_p,
+                     eos_ids, K)
