@@ -45,6 +45,34 @@ def _residual(p, q):
     return jnp.where(z > 1e-12, r / jnp.where(z > 0, z, 1.0), p)
 
 
+def acceptance_probs(draft: jax.Array, p: jax.Array, q: jax.Array | None) -> jax.Array:
+    """``min(1, p_i(d_i) / q_i(d_i))`` per draft position, ``[B, K]`` (q None = one-hot)."""
+    K = draft.shape[1]
+    p_d = jnp.take_along_axis(p[:, :K], draft[..., None], axis=-1)[..., 0]
+    if q is None:
+        return jnp.minimum(p_d, 1.0)
+    q_d = jnp.take_along_axis(q, draft[..., None], axis=-1)[..., 0]
+    return jnp.where(q_d > 0, jnp.minimum(p_d / jnp.where(q_d > 0, q_d, 1.0), 1.0), 1.0)
+
+
+def correction_dist(draft: jax.Array, n_draft: jax.Array, n_acc: jax.Array, p: jax.Array,
+                    q: jax.Array | None) -> jax.Array:
+    """Distribution of the token emitted after ``n_acc`` accepted drafts, ``[B, V]``:
+    the residual ``norm(max(0, p - q))`` at a rejection, the target's ``p`` after a full
+    acceptance (the bonus token)."""
+    K = draft.shape[1]
+    V = p.shape[-1]
+    p_at = jnp.take_along_axis(p, n_acc[:, None, None], axis=1)[:, 0]
+    at = jnp.minimum(n_acc, K - 1)
+    if q is None:
+        d_at = jnp.take_along_axis(draft, at[:, None], axis=1)[:, 0]
+        q_at = jax.nn.one_hot(d_at, V, dtype=p.dtype)
+    else:
+        q_at = jnp.take_along_axis(q, at[:, None, None], axis=1)[:, 0]
+    rejected = n_acc < n_draft
+    return jnp.where(rejected[:, None], _residual(p_at, q_at), p_at)
+
+
 def sampling_verify(keys: jax.Array, draft: jax.Array, n_draft: jax.Array, p: jax.Array,
                     q: jax.Array | None):
     """Lossless speculative sampling for a chain.
@@ -59,26 +87,12 @@ def sampling_verify(keys: jax.Array, draft: jax.Array, n_draft: jax.Array, p: ja
         keeps the rule exact: accept with probability p(d), residual = p without d).
     """
     B, K = draft.shape
-    V = p.shape[-1]
     ks = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k)))(keys)
     k_u, k_s = ks[:, 0], ks[:, 1]
-    u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(k_u)  # [B, K]
-    p_d = jnp.take_along_axis(p[:, :K], draft[..., None], axis=-1)[..., 0]
-    if q is None:
-        q_d = jnp.ones_like(p_d)
-    else:
-        q_d = jnp.take_along_axis(q, draft[..., None], axis=-1)[..., 0]
-    # accept iff u <= p/q  (written without division; q_d > 0 for any drafted token)
-    ok = u * q_d <= p_d
+    u = jax.vmap(lambda k: jax.random.uniform(k, (K,)))(k_u)  # [B, K] in [0, 1)
+    ok = u < acceptance_probs(draft, p, q)  # P(accept) = min(1, p/q) exactly
     n_acc = accepted_prefix(ok, n_draft)
-    p_at = jnp.take_along_axis(p, n_acc[:, None, None], axis=1)[:, 0]  # [B, V]
-    rejected = n_acc < n_draft
-    if q is None:
-        d_at = jnp.take_along_axis(draft, jnp.minimum(n_acc, K - 1)[:, None], axis=1)[:, 0]
-        q_at = jax.nn.one_hot(d_at, V, dtype=p.dtype)
-    else:
-        q_at = jnp.take_along_axis(q, jnp.minimum(n_acc, K - 1)[:, None, None], axis=1)[:, 0]
-    dist = jnp.where(rejected[:, None], _residual(p_at, q_at), p_at)
+    dist = correction_dist(draft, n_draft, n_acc, p, q)
     logits = jnp.where(dist > 0, jnp.log(jnp.maximum(dist, 1e-38)), -jnp.inf)
     nxt = jax.vmap(jax.random.categorical)(k_s, logits).astype(jnp.int32)
     return n_acc, nxt

@@ -1,0 +1,288 @@
+"""Speculative decoding: output equivalence with plain decoding, losslessness, cache invariants."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from specjax import drafters
+from specjax.config import tiny_config
+from specjax.drafters.base import DrafterError
+from specjax.drafters.prompt_lookup import ngram_lookup
+from specjax.engine import GenerationError, generate
+from specjax.models.loaders import random_model
+from specjax.policies.fixed import FixedPolicy
+from specjax.sampling import SamplingParams
+from specjax.verify import acceptance_probs, correction_dist, greedy_verify
+
+CFG = tiny_config(vocab_size=64, num_layers=4)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return random_model(CFG, seed=21)
+
+
+def mixed_prompts(n, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        length = int(rng.integers(1, 30))
+        p = rng.integers(0, CFG.vocab_size, length).tolist()
+        if i % 2:  # repetitive rows so prompt lookup finds matches
+            p = (p[:4] * 10)[:length + 8]
+        out.append(p)
+    return out
+
+
+DRAFTERS = {
+    "prompt_lookup": [dict(k=1), dict(k=4), dict(k=12, max_ngram=4, min_ngram=2)],
+    "early_exit": [dict(k=1, exit_layer=1), dict(k=3, exit_layer=3)],
+    "layer_skip": [dict(k=2), dict(k=5, skip_attn="1-2", skip_mlp="2")],
+    "draft_model": [dict(k=3, layers=2)],
+}
+CASES = [(name, kw) for name, kws in DRAFTERS.items() for kw in kws]
+
+
+@pytest.mark.parametrize("name, kw", CASES, ids=[f"{n}-{i}" for n, i in
+                                                 zip([c[0] for c in CASES],
+                                                     [str(c[1]) for c in CASES])])
+def test_greedy_equals_plain_decoding(target, name, kw):
+    ps = mixed_prompts(8, seed=1)
+    # budget 16 with k up to 12: rows hit the budget in the middle of a step
+    ref = generate(target, ps, max_new_tokens=16).tokens
+    d = drafters.make(name, target, **kw)
+    for bs in (1, 3, 8):
+        res = generate(target, ps, max_new_tokens=16, drafter=d, batch_size=bs)
+        assert res.tokens == ref, f"batch size {bs}"
+        for toks, fw, acc in zip(res.tokens, res.target_forwards, res.extra["accepted"]):
+            assert fw + acc == len(toks)  # every forward emits 1 + accepted tokens
+
+
+@pytest.mark.parametrize("name", sorted(DRAFTERS))
+def test_eos_mid_step_and_cache_full(target, name):
+    ps = mixed_prompts(4, seed=2)
+    free = generate(target, ps, max_new_tokens=24).tokens
+    eos = free[1][5]  # a token that appears mid-generation of row 1
+    d = drafters.make(name, target, **DRAFTERS[name][-1])
+    ref = generate(target, ps, max_new_tokens=24, eos_ids=[eos])
+    got = generate(target, ps, max_new_tokens=24, eos_ids=[eos], drafter=d, batch_size=4)
+    assert got.tokens == ref.tokens and got.stop_reason == ref.stop_reason
+    # a cache too small for the budget: both stop at the same token
+    ref = generate(target, ps, max_new_tokens=40, cache_len=48)
+    got = generate(target, ps, max_new_tokens=40, cache_len=48, drafter=d, batch_size=2)
+    assert got.tokens == ref.tokens and got.stop_reason == ref.stop_reason
+    assert "cache_full" in got.stop_reason
+
+
+def test_real_acceptance_happens(target):
+    """Guard against a vacuous pass: the self-drafters accept tokens on repetitive text."""
+    ps = [([5, 6, 7, 8] * 8)[:30]]
+    res = generate(target, ps, max_new_tokens=24, drafter=drafters.make(
+        "prompt_lookup", target, k=4))
+    assert sum(res.extra["accepted"]) > 0
+    # a draft model identical to the target accepts everything it drafts
+    same = drafters.make("draft_model", target, k=3, draft_model=target)
+    res = generate(target, ps, max_new_tokens=24, drafter=same)
+    assert res.extra["accepted"] == res.extra["drafted"]
+    assert res.target_forwards[0] <= 24 // 4 + 1
+
+
+# ----------------------------------------------------------------------------- cache invariant
+
+
+@pytest.mark.parametrize("name", ["early_exit", "draft_model", "layer_skip"])
+def test_cache_matches_plain_prefix_after_every_step(target, name):
+    from specjax.speculative import spec_loop_jit, spec_prefill_jit
+
+    d = drafters.make(name, target, **DRAFTERS[name][-1])
+    pol = FixedPolicy(d.max_k)
+    graphdef, params = nnx.split(target)
+    ps = mixed_prompts(3, seed=3)
+    B, P, S = 3, 32, 96
+    toks = np.zeros((B, P), np.int32)
+    for i, p in enumerate(ps):
+        toks[i, :len(p)] = p
+    lens = np.array([len(p) for p in ps], np.int32)
+    for budget in (1, 2, 5, 9):
+        keys = jnp.zeros((B, 2), jnp.uint32)
+        args = dict(graphdef=graphdef, drafter=d, policy=pol, greedy=True, eos_ids=(),
+                    K=d.max_k)
+        st = spec_prefill_jit(params, d.params(), toks, lens, jnp.full((B,), budget), keys,
+                              1.0, 0, 1.0, cache_len=S, **args)
+        st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, **args)
+        seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
+        cl = np.asarray(st.cache.lengths)
+        assert (cl == seq_len - 1).all()
+        # reference: one causal forward over each row's whole sequence (entries before n
+        # do not depend on later tokens)
+        ref = full_cache(target, jnp.asarray(seq[:, :S]))
+        for b in range(B):
+            n = int(cl[b])
+            for layer in range(CFG.num_layers):
+                np.testing.assert_allclose(np.asarray(st.cache.k[layer][b, :n]),
+                                           np.asarray(ref.k[layer][b, :n]), atol=2e-5)
+                np.testing.assert_allclose(np.asarray(st.cache.v[layer][b, :n]),
+                                           np.asarray(ref.v[layer][b, :n]), atol=2e-5)
+
+
+@nnx.jit
+def full_cache(model, seq):
+    B, T = seq.shape
+    return model(seq, jnp.broadcast_to(jnp.arange(T)[None], (B, T)),
+                 model.init_cache(B, T)).cache
+
+
+# ----------------------------------------------------------------------------- verify rules
+
+
+def test_greedy_verify_rule():
+    draft = jnp.array([[3, 4, 5], [3, 9, 5], [1, 1, 1]])
+    target_argmax = jnp.array([[3, 4, 5, 6], [3, 4, 5, 6], [2, 2, 2, 2]])
+    n_acc, nxt = greedy_verify(draft, jnp.array([3, 3, 3]), target_argmax)
+    assert n_acc.tolist() == [3, 1, 0] and nxt.tolist() == [6, 4, 2]
+    n_acc, nxt = greedy_verify(draft, jnp.array([2, 3, 0]), target_argmax)
+    assert n_acc.tolist() == [2, 1, 0] and nxt.tolist() == [5, 4, 2]
+
+
+def _rand_dist(rng, shape):
+    x = rng.gamma(0.5, size=shape)
+    x[..., 0] = 0.0 if len(shape) and rng.random() < 0.5 else x[..., 0]  # some zero mass
+    return x / x.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_lossless_by_exact_enumeration(deterministic):
+    """One speculative step with K=2 on an 8-token vocabulary, enumerated exactly.
+
+    Target conditionals p(x1), p(x2|x1), p(x3|x1,x2) and draft conditionals q(.|.) are random
+    tables. Summing over every draft and accept/reject outcome (acceptance probabilities and
+    correction distributions from specjax.verify) gives the distribution of the first two output
+    tokens, which must equal p(x1) p(x2|x1) (when the step emits one token the next step samples
+    x2 from the target).
+    """
+    V, K = 8, 2
+    rng = np.random.default_rng(0)
+    p1 = _rand_dist(rng, (V,))
+    p2 = _rand_dist(rng, (V, V))
+    p3 = _rand_dist(rng, (V, V, V))
+    q1 = _rand_dist(rng, (V,))
+    q2 = _rand_dist(rng, (V, V))
+    want = p1[:, None] * p2
+    got = np.zeros((V, V))
+    for d1, d2 in itertools.product(range(V), range(V)):
+        if deterministic:  # a deterministic drafter proposes one fixed chain
+            if (d1, d2) != (3, 5):
+                continue
+            pd, qarr = 1.0, None
+        else:
+            pd = q1[d1] * q2[d1, d2]
+            if pd == 0:
+                continue
+            qarr = jnp.asarray(np.stack([q1, q2[d1]])[None], jnp.float32)
+        draft = jnp.array([[d1, d2]], jnp.int32)
+        p = jnp.asarray(np.stack([p1, p2[d1], p3[d1, d2]])[None], jnp.float32)
+        a = np.asarray(acceptance_probs(draft, p, qarr))[0].astype(np.float64)
+        nd = jnp.array([K])
+        # n_acc = 0: reject d1 -> x1 ~ residual, then x2 from the target
+        r0 = np.asarray(correction_dist(draft, nd, jnp.array([0]), p, qarr))[0]
+        got += pd * (1 - a[0]) * r0[:, None] * p2
+        # n_acc = 1: accept d1, reject d2 -> x2 ~ residual
+        r1 = np.asarray(correction_dist(draft, nd, jnp.array([1]), p, qarr))[0]
+        got[d1] += pd * a[0] * (1 - a[1]) * r1
+        # n_acc = 2: both accepted; the first two tokens are (d1, d2)
+        got[d1, d2] += pd * a[0] * a[1]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_sampled_sequences_match_target_distribution():
+    """Chi-square of the first two sampled tokens (spec vs the exact target distribution)."""
+    cfg = tiny_config(vocab_size=8, num_layers=2, hidden_size=32, intermediate_size=64,
+                      num_heads=2, num_kv_heads=1)
+    from specjax.models.weights import model_from_tensors, model_to_tensors
+
+    t = model_to_tensors(random_model(cfg, seed=5))
+    t = {k: v * (8.0 if "embed" in k or "lm_head" in k else 1.0) for k, v in t.items()}
+    target = model_from_tensors(cfg, t, source="test")  # sharper distributions
+    draft = random_model(cfg, seed=6)
+    prompt = [1, 2, 3]
+    # exact joint of the first three tokens: p(x1) p(x2|x1) p(x3|x1,x2), 512 cells
+    grid = np.array(list(itertools.product(range(8), repeat=3)))
+    seqs = jnp.asarray(np.concatenate([np.tile(prompt, (512, 1)), grid], axis=1))
+    o = target(seqs, jnp.broadcast_to(jnp.arange(6)[None], (512, 6)), target.init_cache(512, 6))
+    pr = np.asarray(jax.nn.softmax(o.logits, axis=-1), np.float64)
+    want = pr[:, 2, :][np.arange(512), grid[:, 0]] * pr[np.arange(512), 3, grid[:, 1]] * \
+        pr[np.arange(512), 4, grid[:, 2]]
+    assert abs(want.sum() - 1) < 1e-5
+    n = 12000
+    d = drafters.make("draft_model", target, k=3, draft_model=draft)
+    # 3 new tokens: the first comes from the prefill, the next two from one speculative step
+    res = generate(target, [prompt] * n, max_new_tokens=3, batch_size=n, drafter=d,
+                   sampling=SamplingParams(temperature=1.0, seed=3))
+    assert sum(res.extra["accepted"]) > 0.1 * n  # the spec path really accepted drafts
+    counts = np.bincount([a * 64 + b * 8 + c for a, b, c in res.tokens], minlength=512)
+    exp = want * n
+    big = exp >= 5
+    obs_b, exp_b = counts[big], exp[big]
+    if (~big).any():
+        obs_b = np.append(obs_b, counts[~big].sum())
+        exp_b = np.append(exp_b, exp[~big].sum())
+    chi2 = float(((obs_b - exp_b) ** 2 / exp_b).sum())
+    dof = len(obs_b) - 1
+    # threshold: the 99.9% quantile of chi-square(dof) via Wilson-Hilferty
+    z = 3.09
+    crit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < crit, (chi2, crit, dof)
+
+
+def test_sampling_with_prompt_lookup_is_seeded(target):
+    ps = mixed_prompts(3, seed=4)
+    d = drafters.make("prompt_lookup", target, k=4)
+    sp = SamplingParams(temperature=0.8, top_k=20, seed=9)
+    a = generate(target, ps, max_new_tokens=12, drafter=d, sampling=sp).tokens
+    b = generate(target, ps, max_new_tokens=12, drafter=d, sampling=sp).tokens
+    assert a == b
+
+
+# ----------------------------------------------------------------------------- prompt lookup
+
+
+def test_ngram_lookup_finds_latest_longest_match():
+    seq = jnp.array([[1, 2, 3, 9, 1, 2, 3, 7, 8, 1, 2, 3, 0, 0]])
+    toks, n = ngram_lookup(seq, jnp.array([12]), K=3, max_ngram=3, min_ngram=1)
+    # suffix (1, 2, 3): latest earlier occurrence at 4 -> continuation 7, 8, 1
+    assert n.tolist() == [3] and toks[0].tolist() == [7, 8, 1]
+    toks, n = ngram_lookup(jnp.array([[5, 6, 7, 0]]), jnp.array([3]), K=2, max_ngram=2,
+                           min_ngram=1)
+    assert n.tolist() == [0]
+    # a match near the end offers fewer than K tokens
+    toks, n = ngram_lookup(jnp.array([[4, 5, 4, 0]]), jnp.array([3]), K=4, max_ngram=1,
+                           min_ngram=1)
+    assert n.tolist() == [2] and toks[0, :2].tolist() == [5, 4]
+
+
+# ----------------------------------------------------------------------------- bad inputs
+
+
+def test_bad_drafter_configs(target):
+    other = random_model(tiny_config(vocab_size=32, num_layers=2), seed=1)
+    with pytest.raises(DrafterError, match="vocabulary .*32.* differs .*64"):
+        drafters.make("draft_model", target, draft_model=other)
+    with pytest.raises(DrafterError, match="k .* must be an integer >= 1"):
+        drafters.make("prompt_lookup", target, k=0)
+    with pytest.raises(DrafterError, match="exit_layer must be an integer in \\[1, 3\\]"):
+        drafters.make("early_exit", target, exit_layer=4)
+    with pytest.raises(DrafterError, match="exit_layer"):
+        drafters.make("early_exit", target, exit_layer=0)
+    with pytest.raises(DrafterError, match="skips every sublayer"):
+        drafters.make("layer_skip", target, skip_attn="0-3", skip_mlp="0-3")
+    with pytest.raises(DrafterError, match="outside"):
+        drafters.make("layer_skip", target, skip_attn="7")
+    with pytest.raises(DrafterError, match="unknown drafter 'medusa'"):
+        drafters.make("medusa", target)
+    with pytest.raises(GenerationError, match="unknown verifier"):
+        generate(target, [[1, 2]], max_new_tokens=2, verifier="typical",
+                 drafter=drafters.make("prompt_lookup", target))
