@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-METHODS = ("ar",)
+from specjax.methods import METHODS
 
 BUILTIN_PROMPTS = [
     {"id": "builtin-chat", "prompt": "Give me three tips for staying focused while studying."},
@@ -95,10 +95,12 @@ def cmd_generate(args) -> int:
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
 
+    from specjax import methods
+
     if args.method not in METHODS:
-        raise CLIError(f"--method {args.method!r} is not available; choose from {METHODS}")
-    if args.method_arg:
-        raise CLIError("--method-arg is not accepted by --method ar (plain decoding)")
+        raise CLIError(f"--method {args.method!r} is not available; choose from "
+                       f"{', '.join(METHODS)}")
+    method_args = methods.parse_method_args(args.method_arg)
     sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                               seed=args.seed)
     if args.prompt is not None and args.prompts is not None:
@@ -111,11 +113,13 @@ def cmd_generate(args) -> int:
         items = BUILTIN_PROMPTS
     lm = _load(args)
     ids = _encode(lm, items, not args.no_chat_template)
+    drafter, policy = methods.build(args.method, lm, method_args)
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
                    eos_ids=lm.tokenizer.eos_ids, batch_size=args.batch_size,
-                   cache_len=args.cache_len, progress=bar.update)
+                   cache_len=args.cache_len, progress=bar.update, drafter=drafter,
+                   policy=policy)
     bar.close()
     out_fh = open(args.output, "w", encoding="utf-8") if args.output else None
     total_new, total_wall = 0, 0.0
@@ -134,6 +138,16 @@ def cmd_generate(args) -> int:
             "stop_reason": res.stop_reason[i],
             "method": args.method,
         }
+        if drafter is not None:
+            drafted, accepted = res.extra["drafted"][i], res.extra["accepted"][i]
+            rec.update({
+                "drafted": drafted,
+                "accepted": accepted,
+                "acceptance_rate": accepted / drafted if drafted else None,
+                "drafted_by_position": res.extra["drafted_at"][i],
+                "accepted_by_position": res.extra["accepted_at"][i],
+                "method_config": methods.describe(drafter, policy),
+            })
         total_new += rec["new_tokens"]
         key = (i // (args.batch_size or len(items)))
         if key not in seen_walls:
@@ -177,27 +191,41 @@ def cmd_info(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """Decodes the built-in prompts with the default model and prints text and speed."""
+    """Decodes the built-in prompts with plain and speculative decoding; prints the speedup."""
+    from specjax import methods
     from specjax.engine import generate
 
     lm = _load(args)
     ids = _encode(lm, BUILTIN_PROMPTS, True)
-    # warm-up compiles every shape used below, so timings exclude compilation
+    drafter, policy = methods.build(args.method, lm, methods.parse_method_args(args.method_arg))
+    eos = lm.tokenizer.eos_ids
     print("compiling ...", file=sys.stderr)
-    warm = generate(lm.model, ids[:1], max_new_tokens=args.max_new_tokens,
-                    eos_ids=lm.tokenizer.eos_ids)
-    total, wall = 0, 0.0
+    compile_s = 0.0
+    for d, pol in ((None, None), (drafter, policy)):  # compile every shape used below
+        for p in ids:
+            compile_s += generate(lm.model, [p], max_new_tokens=args.max_new_tokens,
+                                  eos_ids=eos, drafter=d, policy=pol).compile_s
+    tot = {"ar": [0, 0.0], "spec": [0, 0.0]}
     for it, p in zip(BUILTIN_PROMPTS, ids):
-        r = generate(lm.model, [p], max_new_tokens=args.max_new_tokens,
-                     eos_ids=lm.tokenizer.eos_ids)
-        n, w = r.new_tokens[0], r.wall_s[0]
-        total += n
-        wall += w
-        print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(r.tokens[0])}")
-        print(f"[ar] {n} tokens in {w:.2f}s = {n / w:.1f} tokens/s "
-              f"(compile {r.compile_s:.1f}s)")
-    print(f"\nplain decoding (ar): {total} tokens in {wall:.2f}s = {total / wall:.1f} tokens/s "
-          f"(first compile {warm.compile_s:.1f}s, not included)")
+        # interleaved, so machine drift hits both alike
+        a = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos)
+        b = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos,
+                     drafter=drafter, policy=policy)
+        tot["ar"][0] += a.new_tokens[0]
+        tot["ar"][1] += a.wall_s[0]
+        tot["spec"][0] += b.new_tokens[0]
+        tot["spec"][1] += b.wall_s[0]
+        same = "identical to plain decoding" if a.tokens == b.tokens else "DIFFERS from ar"
+        print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(b.tokens[0])}")
+        print(f"[ar] {a.new_tokens[0] / a.wall_s[0]:.1f} tok/s | [{args.method}] "
+              f"{b.new_tokens[0] / b.wall_s[0]:.1f} tok/s, "
+              f"{b.new_tokens[0] / b.target_forwards[0]:.2f} tokens/forward, "
+              f"speedup {a.wall_s[0] / b.wall_s[0]:.2f}x ({same})")
+    ar_tps = tot["ar"][0] / tot["ar"][1]
+    sp_tps = tot["spec"][0] / tot["spec"][1]
+    print(f"\nplain decoding (ar): {ar_tps:.1f} tokens/s | {args.method}: {sp_tps:.1f} tokens/s"
+          f" | speedup {sp_tps / ar_tps:.2f}x  (greedy, {len(ids)} prompts; compile "
+          f"{compile_s:.1f}s not included)")
     return 0
 
 
@@ -223,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--batch-size", type=int, default=1)
     g.add_argument("--cache-len", type=int, default=None)
     g.add_argument("--no-chat-template", action="store_true")
-    g.add_argument("--method", default="ar", help="decoding method (ar = plain decoding)")
+    g.add_argument("--method", default="ar",
+                   help=f"decoding method: {', '.join(METHODS)} (ar = plain decoding)")
     g.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(fn=cmd_generate)
@@ -234,13 +263,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="decode built-in prompts with the default model")
     model_args(d)
-    d.add_argument("--max-new-tokens", type=int, default=96)
+    d.add_argument("--max-new-tokens", type=int, default=128)
+    d.add_argument("--method", default="prompt_lookup", help="speculative method to compare")
+    d.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(fn=cmd_demo)
     return p
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from specjax.drafters.base import DrafterError
     from specjax.engine import GenerationError
     from specjax.models.weights import CheckpointError
     from specjax.sampling import SamplingError
@@ -248,7 +280,8 @@ def main(argv=None) -> int:
 
     try:
         return args.fn(args)
-    except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError) as e:
+    except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError,
+            DrafterError) as e:
         print(f"specjax: error: {e}", file=sys.stderr)
         return 2
 

@@ -32,8 +32,11 @@ from specjax.verify import greedy_verify, sampling_verify
 class SpecMetrics:
     """Per-row counters.
 
-    forwards: target forwards (prefill included); drafted / accepted: drafted and accepted
-    tokens; drafted_at / accepted_at ``[B, K]``: by draft position.
+    forwards: target forwards (prefill included); drafted / accepted: drafted tokens and
+    accepted drafted tokens that were emitted (an EOS inside an accepted run truncates it);
+    drafted_at / accepted_at ``[B, K]``: the same by draft position. Every forward emits one
+    token plus its accepted drafts, except a final step cut at EOS, which emits no correction
+    token: ``new_tokens`` is ``forwards + accepted`` or one less.
     """
 
     forwards: jax.Array
@@ -183,15 +186,16 @@ def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temper
                                  (cache.lengths >= S)))
         after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
         dstate = drafter.update(dparams, dstate, after, n_acc)
-        pstate = policy.update(s.pstate, k, n_acc)
+        pstate = policy.update(s.pstate, k, nd, n_acc)
         lv = live.astype(jnp.int32)
+        acc_out = jnp.minimum(n_acc, m)  # accepted drafts that were emitted (EOS truncates)
         mt = s.metrics
         metrics = SpecMetrics(
             forwards=mt.forwards + lv,
             drafted=mt.drafted + nd,
-            accepted=mt.accepted + n_acc,
+            accepted=mt.accepted + acc_out,
             drafted_at=mt.drafted_at + (ar[None, :K] < nd[:, None]),
-            accepted_at=mt.accepted_at + (ar[None, :K] < n_acc[:, None]),
+            accepted_at=mt.accepted_at + (ar[None, :K] < acc_out[:, None]),
         )
         return SpecState(cache=cache, dstate=dstate, pstate=pstate, seq=seq, seq_len=seq_len,
                          prompt_len=s.prompt_len, max_new=s.max_new, done=done, keys=s.keys,

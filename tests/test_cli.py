@@ -69,3 +69,47 @@ def test_every_package_is_listed_in_pyproject():
             rel = init.parent.relative_to(ROOT / top)
             found.add(".".join([ns, *rel.parts]))
     assert found == listed
+
+
+def test_method_builder_defaults_and_errors():
+    from specjax.config import tiny_config
+    from specjax.drafters.base import DrafterError
+    from specjax.methods import build, parse_method_args
+    from specjax.models.loaders import random_model
+
+    m = random_model(tiny_config(num_layers=4))
+    d, p = build("prompt_lookup", m, parse_method_args(["k=5", "min_ngram=1"]))
+    assert (d.max_k, d.min_ngram, p.name, p.max_k) == (5, 1, "adaptive", 5)
+    d, p = build("early_exit", m, {"exit_layer": "2", "policy": "fixed"})
+    assert (d.exit_layer, p.name) == (2, "fixed")
+    assert build("ar", m, {}) == (None, None)
+    with pytest.raises(DrafterError, match="does not take 'banana'.*accepts: .*exit_layer"):
+        build("early_exit", m, {"banana": "1"})
+    with pytest.raises(DrafterError, match="k must be an integer"):
+        build("prompt_lookup", m, {"k": "many"})
+    with pytest.raises(DrafterError, match="key=value"):
+        parse_method_args(["k5"])
+    with pytest.raises(DrafterError, match="unknown policy 'psychic'"):
+        build("layer_skip", m, {"policy": "psychic"})
+
+
+@pytest.mark.real_model
+def test_cli_speculative_method_matches_ar(tmp_path):
+    pf = tmp_path / "p.jsonl"
+    pf.write_text('{"id": 1, "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on '
+                  'the mat."}\n')
+    outs = {}
+    for method, extra in (("ar", []), ("prompt_lookup", ["--method-arg", "k=4"]),
+                          ("early_exit", ["--method-arg", "exit_layer=10"])):
+        out = tmp_path / f"{method}.jsonl"
+        assert main(["generate", "--prompts", str(pf), "--max-new-tokens", "24", "--quiet",
+                     "--method", method, "--output", str(out), *extra]) == 0
+        outs[method] = json.loads(out.read_text())
+    for method in ("prompt_lookup", "early_exit"):
+        r = outs[method]
+        assert r["output_ids"] == outs["ar"]["output_ids"]
+        assert r["accepted_per_forward"] == r["new_tokens"] / r["target_forwards"]
+        assert len(r["accepted_by_position"]) == r["method_config"]["k"]
+        assert r["new_tokens"] in (r["target_forwards"] + r["accepted"],
+                                   r["target_forwards"] + r["accepted"] - 1)
+    assert outs["prompt_lookup"]["accepted"] > 0

@@ -5,7 +5,7 @@ what was accepted. Its state is a pytree carried in the decode loop::
 
     state = policy.init(batch)
     k = policy.decide(state, ctx)            # int32[B] in [0, policy.max_k]
-    state = policy.update(state, k, n_acc)   # after verification
+    state = policy.update(state, k, n_draft, n_acc)   # after verification
 """
 
 from __future__ import annotations
@@ -23,4 +23,4 @@ class Policy(Protocol):
 
     def decide(self, state, ctx) -> jax.Array: ...
 
-    def update(self, state, k: jax.Array, n_acc: jax.Array) -> Any: ...
+    def update(self, state, k: jax.Array, n_draft: jax.Array, n_acc: jax.Array) -> Any: ...

@@ -24,5 +24,5 @@ class FixedPolicy:
     def decide(self, state, ctx):
         return jnp.full(ctx.seq_len.shape, self.max_k, jnp.int32)
 
-    def update(self, state, k, n_acc):
+    def update(self, state, k, n_draft, n_acc):
         return state

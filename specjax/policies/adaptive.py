@@ -1,0 +1,92 @@
+"""Cost-aware, acceptance-driven draft length (per row, per step).
+
+Each row keeps decayed counts of accepted and rejected draft tokens, giving a per-token
+acceptance estimate ``a = (A + 1) / (A + R + 2)``. With i.i.d. acceptance, drafting ``k`` tokens
+yields ``(1 - a^(k+1)) / (1 - a)`` tokens per target forward, and the forward costs
+``cost(k + 1)`` relative to a one-token forward (the verify-cost curve, bucketed as the engine
+buckets its verify blocks). The policy drafts the ``k`` that maximises tokens per unit cost, and
+nothing when no ``k`` beats plain decoding. Counts decay every step, so a row that stopped
+drafting drifts back to the prior and probes again.
+
+The default curve was measured for SmolLM2-135M (float32) on the project's 2-core CPU with the
+verify-cost probe described in docs/benchmarks.md; pass your device's curve (``cost=``) elsewhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax.drafters.base import DrafterError
+
+# relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1)
+DEFAULT_COST = (1.0, 1.55, 1.68, 1.63, 1.69, 1.74, 1.85, 1.89, 1.93, 1.96, 2.0, 2.05, 2.08,
+                2.1, 2.12, 2.14, 2.48)
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class AdaptiveState:
+    accepted: jax.Array  # float32[B] decayed accepted-token count
+    rejected: jax.Array  # float32[B] decayed rejection count
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptivePolicy:
+    max_k: int
+    cost: tuple[float, ...] = DEFAULT_COST
+    decay: float = 0.9
+    prior_accepted: float = 1.0
+    prior_rejected: float = 1.0
+    min_gain: float = 1.0
+    name: str = "adaptive"
+
+    def __post_init__(self):
+        if not isinstance(self.max_k, int) or self.max_k < 1:
+            raise DrafterError(f"k must be an integer >= 1, got {self.max_k!r}")
+        if not 0.0 < self.decay <= 1.0:
+            raise DrafterError(f"decay must be in (0, 1], got {self.decay!r}")
+        if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
+            raise DrafterError("cost must be a non-empty list of positive relative costs")
+
+    def _bucketed_cost(self) -> jnp.ndarray:
+        """cost[k] for drafting k = 0..max_k, at the engine's bucketed block size."""
+        from specjax.speculative import verify_buckets
+
+        buckets = verify_buckets(self.max_k)
+        out = []
+        for k in range(self.max_k + 1):
+            T = next(b for b in buckets if b >= k + 1)
+            c = self.cost[min(T, len(self.cost)) - 1]
+            if T > len(self.cost):  # extrapolate linearly from the last two points
+                slope = (self.cost[-1] - self.cost[-2]) if len(self.cost) > 1 else 0.1
+                c = self.cost[-1] + slope * (T - len(self.cost))
+            out.append(c)
+        return jnp.asarray(out, jnp.float32)
+
+    def init(self, batch: int):
+        z = jnp.zeros((batch,), jnp.float32)
+        return AdaptiveState(accepted=z, rejected=z)
+
+    def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
+        """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""
+        a = (state.accepted + self.prior_accepted) / (
+            state.accepted + state.rejected + self.prior_accepted + self.prior_rejected)
+        a = jnp.clip(a, 0.0, 0.999)[:, None]
+        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)[None]
+        tokens = (1 - a ** (k + 1)) / (1 - a)
+        return tokens / self._bucketed_cost()[None]
+
+    def decide(self, state: AdaptiveState, ctx):
+        gain = self.expected_gain(state)
+        best = jnp.argmax(gain, axis=1).astype(jnp.int32)
+        return jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
+
+    def update(self, state: AdaptiveState, k, n_draft, n_acc):
+        rejected = (n_acc < n_draft).astype(jnp.float32)  # the draft stopped at a rejection
+        return AdaptiveState(
+            accepted=self.decay * state.accepted + n_acc.astype(jnp.float32),
+            rejected=self.decay * state.rejected + rejected,
+        )
