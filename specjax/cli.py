@@ -267,11 +267,35 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--method", default="prompt_lookup", help="speculative method to compare")
     d.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(fn=cmd_demo)
+    b = sub.add_parser("bench", help="methods side by side on the same prompts (interleaved)")
+    model_args(b)
+    b.add_argument("--methods", default="ar,prompt_lookup",
+                   help=f"comma-separated, from: {', '.join(METHODS)} (ar is always included)")
+    b.add_argument("--method-arg", action="append", default=[], metavar="METHOD.KEY=VALUE")
+    b.add_argument("--prompts", default="builtin", help="builtin | FILE.jsonl | spec_bench:PATH")
+    b.add_argument("--categories", default=None, help="comma-separated subset")
+    b.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    b.add_argument("--max-new-tokens", type=int, default=128)
+    b.add_argument("--batch-size", type=int, default=1)
+    b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--repeats", type=int, default=3)
+    b.add_argument("--peer", choices=["hf"], default=None,
+                   help="also run Hugging Face transformers on the same weights")
+    b.add_argument("--output", help="results JSON")
+    b.add_argument("--plot", help="results PNG (speedup by category, acceptance by position)")
+    b.set_defaults(fn=cmd_bench)
     return p
+
+
+def cmd_bench(args) -> int:
+    from specjax.bench import main_bench
+
+    return main_bench(args, sys.argv[1:])
 
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    from specjax.bench import BenchError
     from specjax.drafters.base import DrafterError
     from specjax.engine import GenerationError
     from specjax.models.weights import CheckpointError
@@ -281,7 +305,7 @@ def main(argv=None) -> int:
     try:
         return args.fn(args)
     except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError,
-            DrafterError) as e:
+            DrafterError, BenchError) as e:
         print(f"specjax: error: {e}", file=sys.stderr)
         return 2
 

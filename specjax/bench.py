@@ -1,0 +1,375 @@
+"""``specjax bench``: methods side by side on the same prompts, in one process, interleaved.
+
+For every repeat, every batch of prompts and every method in turn (so machine drift hits all
+methods alike) the batch is generated and timed; compilation is timed apart (ahead-of-time) and
+never enters tokens/s. Per method and category the report holds tokens/s (median over repeats
+and its min/max), the speedup over ``ar`` measured in the same run, tau (new tokens per target
+forward), acceptance by draft position, compile time, and whether the greedy output is
+identical to ``ar`` for every prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from specjax.methods import build, describe
+
+
+class BenchError(ValueError):
+    pass
+
+
+BUILTIN = [
+    # a few prompts per category, written for this project
+    ("chat", "Give me three tips for staying focused while studying."),
+    ("chat", "What are some good ways to make new friends after moving to a new city?"),
+    ("code", "Write a Python function that checks whether a string is a palindrome, ignoring "
+             "case and spaces."),
+    ("code", "Rewrite this function with clear variable names and a docstring:\n"
+             "def f(a, b):\n    c = 0\n    for d in a:\n        if d > b:\n            c += d\n"
+             "    return c\n"),
+    ("math", "A train travels 120 km in 1.5 hours. What is its average speed in km/h? "
+             "Explain briefly."),
+    ("math", "If a shirt costs $25 and is discounted by 20%, what is the new price? Show the "
+             "steps."),
+    ("summarization", "Summarize in two sentences: The city council met on Tuesday to discuss "
+                      "the new bike lanes. Residents praised the safety benefits but worried "
+                      "about parking on Main Street. Shop owners asked for loading zones. The "
+                      "council will vote on the final plan next month after a public hearing."),
+    ("summarization", "Summarize the following text in one paragraph: The Industrial "
+                      "Revolution began in Britain in the late 18th century. It transformed "
+                      "economies from agrarian to industrial. Steam engines powered factories, "
+                      "and railways connected cities. Workers moved from farms to urban "
+                      "centers, which grew rapidly. Living conditions in cities were often "
+                      "poor, and reforms followed over the next century."),
+    ("rag", "Answer using only the context.\nContext: The Amazon river is about 6,400 km long. "
+            "It flows through Peru, Colombia and Brazil and empties into the Atlantic Ocean. "
+            "Its basin covers about 7 million square kilometres.\nQuestion: Which countries "
+            "does the Amazon flow through, and where does it end?"),
+    ("rag", "Using the passage, explain what photosynthesis produces.\nPassage: "
+            "Photosynthesis is the process by which green plants use sunlight, water and carbon "
+            "dioxide to produce glucose and oxygen. It takes place mainly in the leaves, inside "
+            "chloroplasts, which contain chlorophyll."),
+]
+
+
+def load_prompts(spec: str, categories: list[str] | None = None, limit: int | None = None
+                 ) -> list[dict]:
+    """``builtin``, a JSONL file, or ``spec_bench:PATH`` -> ``[{"id", "category", "prompt"}]``."""
+    if spec == "builtin":
+        items = [{"id": f"builtin-{i}", "category": c, "prompt": p}
+                 for i, (c, p) in enumerate(BUILTIN)]
+    else:
+        from specjax.cli import read_prompts
+
+        path = spec.split(":", 1)[1] if spec.startswith("spec_bench:") else spec
+        items = read_prompts(path)
+        for it in items:
+            it.setdefault("category", "all")
+    if categories:
+        known = sorted({it["category"] for it in items})
+        bad = [c for c in categories if c not in known]
+        if bad:
+            raise BenchError(f"unknown categories {bad}; the prompts have: {', '.join(known)}")
+        items = [it for it in items if it["category"] in categories]
+    if limit is not None:
+        per = defaultdict(int)
+        kept = []
+        for it in items:
+            if per[it["category"]] < limit:
+                kept.append(it)
+                per[it["category"]] += 1
+        items = kept
+    if not items:
+        raise BenchError("no prompts to benchmark")
+    return items
+
+
+def parse_bench_method_args(items: list[str], methods: list[str]) -> dict[str, dict[str, str]]:
+    """``METHOD.key=value`` -> ``{method: {key: value}}``."""
+    out: dict[str, dict[str, str]] = {m: {} for m in methods}
+    for it in items:
+        if "=" not in it or "." not in it.split("=", 1)[0]:
+            raise BenchError(f"--method-arg must look like METHOD.key=value, got {it!r}")
+        lhs, v = it.split("=", 1)
+        m, k = lhs.split(".", 1)
+        if m not in out:
+            raise BenchError(f"--method-arg {it!r} names method {m!r}, which is not in "
+                             f"--methods ({', '.join(methods)})")
+        out[m][k] = v
+    return out
+
+
+@dataclasses.dataclass
+class Run:
+    method: str
+    category: str
+    repeat: int
+    prompt_ids: list[str]
+    new_tokens: int
+    wall_s: float
+    forwards: int
+    drafted_at: list[int] | None
+    accepted_at: list[int] | None
+    tokens: list[list[int]]
+
+
+def _peer_runner(lm, kind: str, max_new: int, eos_ids):
+    """Hugging Face transformers on the same (dequantized) weights: dense float32 PyTorch."""
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise BenchError("--peer hf needs torch and transformers (pip install -e '.[bench]')"
+                         ) from e
+    from specjax.models.weights import model_to_tensors
+
+    cfg = lm.config
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_position_embeddings)
+    model = transformers.LlamaForCausalLM(hf_cfg)
+    sd = {k: torch.from_numpy(v) for k, v in model_to_tensors(lm.model).items()}
+    if cfg.tie_embeddings:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    model.load_state_dict(sd, strict=True)
+    model.eval()
+    gen_kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=0,
+                      eos_token_id=list(eos_ids) or None)
+    if kind == "hf_prompt_lookup":
+        gen_kwargs["prompt_lookup_num_tokens"] = 10
+
+    def run(prompts: list[list[int]]):
+        toks, walls = [], 0.0
+        for p in prompts:  # transformers' prompt lookup supports batch size 1 only
+            with torch.no_grad():
+                t0 = time.perf_counter()
+                out = model.generate(torch.tensor([p]), **gen_kwargs)
+                walls += time.perf_counter() - t0
+            toks.append(out[0, len(p):].tolist())
+        return toks, walls
+
+    return run
+
+
+def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_tokens: int,
+              batch_size: int, temperature: float, repeats: int, peer: str | None = None,
+              seed: int = 0, progress: Callable | None = None) -> dict[str, Any]:
+    from specjax.engine import generate
+    from specjax.sampling import SamplingParams
+
+    if "ar" not in methods:
+        methods = ["ar"] + methods  # speedups are always against ar of the same run
+    tok = lm.tokenizer
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    eos = tok.eos_ids
+    encoded = [tok.encode_chat(it["prompt"]) for it in items]
+    built = {m: build(m, lm, method_args.get(m, {})) for m in methods}
+    by_cat: dict[str, list[int]] = defaultdict(list)
+    for i, it in enumerate(items):
+        by_cat[it["category"]].append(i)
+    batches = []
+    for cat, idx in by_cat.items():
+        for s in range(0, len(idx), batch_size):
+            batches.append((cat, idx[s:s + batch_size]))
+    peers = {}
+    if peer == "hf":
+        for kind in ("hf_ar", "hf_prompt_lookup"):
+            peers[kind] = _peer_runner(lm, kind, max_new_tokens, eos)
+    all_methods = methods + list(peers)
+    runs: list[Run] = []
+    compile_s = defaultdict(float)
+    for rep in range(repeats):
+        for cat, idx in batches:
+            prompts = [encoded[i] for i in idx]
+            for m in all_methods:  # interleaved
+                if m in peers:
+                    toks, wall = peers[m](prompts)
+                    runs.append(Run(m, cat, rep, [items[i]["id"] for i in idx],
+                                    sum(len(t) for t in toks), wall, 0, None, None, toks))
+                else:
+                    d, pol = built[m]
+                    r = generate(lm.model, prompts, max_new_tokens=max_new_tokens,
+                                 sampling=sampling, eos_ids=eos, batch_size=len(prompts),
+                                 drafter=d, policy=pol)
+                    compile_s[m] += r.compile_s
+                    ex = r.extra or {}
+                    k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
+                    runs.append(Run(
+                        m, cat, rep, [items[i]["id"] for i in idx], sum(r.new_tokens),
+                        r.wall_s[0], sum(r.target_forwards),
+                        [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
+                        [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
+                        r.tokens))
+                if progress:
+                    progress(1)
+    return summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=(
+        temperature == 0.0))
+
+
+def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bool) -> dict:
+    ref_tokens = {}
+    for r in runs:
+        if r.method == "ar":
+            for pid, t in zip(r.prompt_ids, r.tokens):
+                ref_tokens.setdefault(pid, t)
+    rows = []
+    for cat in categories + ["ALL"]:
+        cat_runs = [r for r in runs if cat == "ALL" or r.category == cat]
+        tps = {}
+        for m in methods:
+            mr = [r for r in cat_runs if r.method == m]
+            reps = sorted({r.repeat for r in mr})
+            per_rep = [sum(r.new_tokens for r in mr if r.repeat == k) /
+                       max(sum(r.wall_s for r in mr if r.repeat == k), 1e-9) for k in reps]
+            tps[m] = per_rep
+        ar_med = statistics.median(tps["ar"]) if tps.get("ar") else None
+        for m in methods:
+            mr = [r for r in cat_runs if r.method == m]
+            if not mr:
+                continue
+            med = statistics.median(tps[m])
+            fw = sum(r.forwards for r in mr)
+            row = {
+                "method": m,
+                "category": cat,
+                "tokens_per_s": med,
+                "tokens_per_s_min": min(tps[m]),
+                "tokens_per_s_max": max(tps[m]),
+                "speedup_vs_ar": med / ar_med if ar_med else None,
+                "tau": (sum(r.new_tokens for r in mr) / fw) if fw else None,
+                "new_tokens": sum(r.new_tokens for r in mr) // max(len({r.repeat for r in mr}),
+                                                                     1),
+                "prompts": len({p for r in mr for p in r.prompt_ids}),
+                "compile_s": compile_s.get(m, 0.0),
+            }
+            if mr[0].drafted_at is not None:
+                K = len(mr[0].drafted_at)
+                dr = [sum(r.drafted_at[j] for r in mr) for j in range(K)]
+                ac = [sum(r.accepted_at[j] for r in mr) for j in range(K)]
+                row["acceptance_by_position"] = [a / d if d else None for a, d in zip(ac, dr)]
+                row["drafted"] = sum(dr)
+                row["accepted"] = sum(ac)
+            if greedy:
+                row["identical_to_ar"] = all(
+                    t == ref_tokens.get(pid) for r in mr for pid, t in zip(r.prompt_ids,
+                                                                           r.tokens))
+            if m in built:
+                row["config"] = describe(*built[m])
+            rows.append(row)
+    return {"rows": rows, "methods": methods, "categories": categories}
+
+
+def format_table(summary: dict) -> str:
+    lines = [f"{'category':16s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} {'speedup':>8s} "
+             f"{'tau':>6s} {'same':>5s}"]
+    for r in summary["rows"]:
+        same = {True: "yes", False: "NO", None: "-"}[r.get("identical_to_ar")]
+        tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
+        sp = f"{r['speedup_vs_ar']:.2f}x" if r.get("speedup_vs_ar") else "-"
+        lines.append(f"{r['category']:16s} {r['method']:18s} {r['tokens_per_s']:8.1f} "
+                     f"{r['tokens_per_s_min']:6.1f}-{r['tokens_per_s_max']:<6.1f} {sp:>8s} "
+                     f"{tau:>6s} {same:>5s}")
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["rows"]
+    cats = summary["categories"] + ["ALL"]
+    methods = [m for m in summary["methods"] if m != "ar"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    ax = axes[0]
+    w = 0.8 / max(len(methods), 1)
+    for i, m in enumerate(methods):
+        vals = [next((r["speedup_vs_ar"] or 0 for r in rows
+                      if r["method"] == m and r["category"] == c), 0) for c in cats]
+        ax.bar([j + i * w for j in range(len(cats))], vals, width=w, label=m)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xticks([j + w * (len(methods) - 1) / 2 for j in range(len(cats))])
+    ax.set_xticklabels(cats, rotation=30, ha="right")
+    ax.set_ylabel("speedup over ar (same run)")
+    ax.set_title("Speedup by method and category")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    for m in methods:
+        r = next((r for r in rows if r["method"] == m and r["category"] == "ALL"), None)
+        if r and r.get("acceptance_by_position"):
+            ys = [v if v is not None else float("nan") for v in r["acceptance_by_position"]]
+            ax.plot(range(1, len(ys) + 1), ys, marker="o", label=m)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate (given drafted)")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Acceptance by draft position (all categories)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def environment(argv: list[str]) -> dict:
+    import jax
+
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "device": str(jax.devices()[0]),
+        "jax": jax.__version__,
+        "command": "specjax " + " ".join(argv),
+    }
+
+
+def main_bench(args, argv) -> int:
+    from tqdm import tqdm
+
+    from specjax.cli import _load
+    from specjax.methods import METHODS
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    bad = [m for m in methods if m not in METHODS]
+    if bad:
+        raise BenchError(f"unknown methods {bad}; available: {', '.join(METHODS)}")
+    if args.repeats < 1:
+        raise BenchError(f"--repeats must be >= 1, got {args.repeats}")
+    margs = parse_bench_method_args(args.method_arg, methods)
+    cats = [c for c in args.categories.split(",")] if args.categories else None
+    items = load_prompts(args.prompts, cats, args.limit)
+    lm = _load(args)
+    n_batches = sum(-(-len([i for i in items if i["category"] == c]) // args.batch_size)
+                    for c in {i["category"] for i in items})
+    n_methods = len(set(methods) | {"ar"}) + (2 if args.peer == "hf" else 0)
+    with tqdm(total=args.repeats * n_batches * n_methods, desc="bench", unit="run",
+              file=sys.stderr) as bar:
+        summary = run_bench(lm, items, methods, margs, max_new_tokens=args.max_new_tokens,
+                            batch_size=args.batch_size, temperature=args.temperature,
+                            repeats=args.repeats, peer=args.peer, progress=bar.update)
+    summary.update(environment(argv))
+    summary.update({"model": args.model, "max_new_tokens": args.max_new_tokens,
+                    "batch_size": args.batch_size, "temperature": args.temperature,
+                    "repeats": args.repeats, "prompts": args.prompts, "n_prompts": len(items)})
+    print(format_table(summary))
+    if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output).write_text(json.dumps(summary, indent=2))
+    if args.plot:
+        plot(summary, args.plot)
+    return 0
