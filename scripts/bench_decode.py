@@ -68,17 +68,27 @@ def specjax_runner(dtype_name: str, ids, max_new: int):
     return run, compile_s, weight_bytes, lm.config
 
 
-def hf_runner(dtype_name: str, max_new: int):
+def hf_runner(kind: str, dtype_name: str, max_new: int):
+    """Hugging Face transformers on the same checkpoint.
+
+    kind "hf": a dense LlamaForCausalLM holding specjax's dequantized float32 weights (the
+    like-for-like baseline); kind "hfgguf": transformers' own GGUF loading, which (since 5.x)
+    keeps the weights packed and runs its quantized kernels.
+    """
     import torch
     import transformers
 
-    from specjax.models.loaders import resolve_preset
+    from specjax.models.loaders import load, resolve_preset
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
-    path = resolve_preset("smollm2-135m")
     dt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype_name]
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        str(path.parent), gguf_file=path.name, dtype=dt)
+    if kind == "hfgguf":
+        path = resolve_preset("smollm2-135m")
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=dt)
+    else:
+        from specjax.bench import dense_hf_model
+
+        model = dense_hf_model(load("smollm2-135m")).to(dt)
     model.eval()
 
     def run(p):
@@ -108,7 +118,8 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--configs", default="specjax-float32,specjax-bfloat16,hf-float32,hf-bfloat16")
+    ap.add_argument("--configs", default="specjax-float32,specjax-bfloat16,hf-float32,hf-bfloat16,"
+                                         "hfgguf-float32")
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
 
@@ -129,8 +140,8 @@ def main(argv=None):
             meta[name] = {"compile_s": c, "weight_bytes": wbytes}
             kv_per_tok = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4
             meta[name]["kv_bytes_per_cached_token"] = kv_per_tok
-        elif kind == "hf":
-            run = hf_runner(dtype_name, args.max_new_tokens)
+        elif kind in ("hf", "hfgguf"):
+            run = hf_runner(kind, dtype_name, args.max_new_tokens)
             meta[name] = {"compile_s": 0.0}
         else:
             raise SystemExit(f"unknown config {name}")

@@ -128,26 +128,11 @@ def _peer_runner(lm, kind: str, max_new: int, eos_ids):
     """Hugging Face transformers on the same (dequantized) weights: dense float32 PyTorch."""
     try:
         import torch
-        import transformers
+        import transformers  # noqa: F401
     except ImportError as e:
         raise BenchError("--peer hf needs torch and transformers (pip install -e '.[bench]')"
                          ) from e
-    from specjax.models.weights import model_to_tensors
-
-    cfg = lm.config
-    hf_cfg = transformers.LlamaConfig(
-        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
-        tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=cfg.max_position_embeddings)
-    model = transformers.LlamaForCausalLM(hf_cfg)
-    sd = {k: torch.from_numpy(v) for k, v in model_to_tensors(lm.model).items()}
-    if cfg.tie_embeddings:
-        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-    model.load_state_dict(sd, strict=True)
-    model.eval()
+    model = dense_hf_model(lm)
     gen_kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=0,
                       eos_token_id=list(eos_ids) or None)
     if kind == "hf_prompt_lookup":
@@ -164,6 +149,32 @@ def _peer_runner(lm, kind: str, max_new: int, eos_ids):
         return toks, walls
 
     return run
+
+
+def dense_hf_model(lm):
+    """A transformers LlamaForCausalLM (float32, PyTorch CPU) holding ``lm``'s weights."""
+    import torch
+    import transformers
+
+    from specjax.models.weights import model_to_tensors
+
+    cfg = lm.config
+    if cfg.architecture != "llama":
+        raise BenchError(f"--peer hf supports llama-architecture models, not {cfg.architecture}")
+    hf_cfg = transformers.LlamaConfig(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
+        tie_word_embeddings=cfg.tie_embeddings,
+        max_position_embeddings=cfg.max_position_embeddings)
+    model = transformers.LlamaForCausalLM(hf_cfg)
+    sd = {k: torch.from_numpy(v) for k, v in model_to_tensors(lm.model).items()}
+    if cfg.tie_embeddings:
+        sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
+    model.load_state_dict(sd, strict=True)
+    model.eval()
+    return model
 
 
 def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_tokens: int,

@@ -99,3 +99,15 @@ def test_bench_inputs(tmp_path, prompts_file):
     with pytest.raises(BenchError, match="not in --methods"):
         parse_bench_method_args(["medusa.k=3"], ["ar", "prompt_lookup"])
     assert main(["bench", "--methods", "ar,telepathy", "--prompts", str(prompts_file)]) == 2
+
+
+def test_bench_hf_peer(tmp_path, tiny_gguf, prompts_file):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--peer", "hf",
+                                                                  "--categories", "code"])
+    rows = {(r["method"], r["category"]): r for r in res["rows"]}
+    # the same weights in PyTorch give the same greedy tokens; the peer has no tau
+    assert rows[("hf_ar", "code")]["identical_to_ar"] is True
+    assert rows[("hf_prompt_lookup", "code")]["identical_to_ar"] is True
+    assert rows[("hf_ar", "code")]["tau"] is None
