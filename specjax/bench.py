@@ -22,6 +22,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from specjax.methods import build, describe
 
 
@@ -169,7 +171,7 @@ def dense_hf_model(lm):
         tie_word_embeddings=cfg.tie_embeddings,
         max_position_embeddings=cfg.max_position_embeddings)
     model = transformers.LlamaForCausalLM(hf_cfg)
-    sd = {k: torch.from_numpy(v) for k, v in model_to_tensors(lm.model).items()}
+    sd = {k: torch.from_numpy(np.array(v)) for k, v in model_to_tensors(lm.model).items()}
     if cfg.tie_embeddings:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
     model.load_state_dict(sd, strict=True)
@@ -355,6 +357,23 @@ def main_bench(args, argv) -> int:
     from specjax.cli import _load
     from specjax.methods import METHODS
 
+    if args.verify_curve:
+        lm = _load(args)
+        ks = [int(x) for x in args.curve_ks.split(",")]
+        bs = [int(x) for x in args.curve_batches.split(",")]
+        with tqdm(total=len(ks) * len(bs), desc="verify curve", file=sys.stderr) as bar:
+            curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix, progress=bar.update)
+        curve.update(environment(argv))
+        curve["model"] = args.model
+        for B, rel in curve["relative"].items():
+            print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
+                                                 zip(curve["ks"], rel)))
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(curve, indent=2))
+        if args.plot:
+            plot_verify_curve(curve, args.plot)
+        return 0
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     bad = [m for m in methods if m not in METHODS]
     if bad:
@@ -384,3 +403,71 @@ def main_bench(args, argv) -> int:
     if args.plot:
         plot(summary, args.plot)
     return 0
+
+
+def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,
+                 repeats: int = 7, progress: Callable | None = None) -> dict:
+    """Time of one target forward over k new tokens (per batch size), relative to k = 1.
+
+    The forward runs as in verification: a block of k tokens on top of a ``prefix``-token
+    committed cache, cache donated (updated in place) as inside the decode loop.
+    """
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    graphdef, params = nnx.split(lm.model)
+
+    @functools.partial(jax.jit, donate_argnames=("cache",))
+    def fwd(params, tokens, positions, cache):
+        m = nnx.merge(graphdef, params)
+        o = m(tokens, positions, cache)
+        return jnp.argmax(o.logits, -1), o.cache
+
+    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
+           "relative": {}}
+    for B in batches:
+        secs = []
+        for k in ks:
+            S = prefix + max(ks)
+            cache = lm.model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
+            toks = jnp.zeros((B, k), jnp.int32)
+            pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
+            for _ in range(2):  # compile + warm-up
+                a, cache = fwd(params, toks, pos, cache)
+                jax.block_until_ready(a)
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                a, cache = fwd(params, toks, pos, cache)
+                jax.block_until_ready(a)
+                ts.append(time.perf_counter() - t0)
+            secs.append(float(np.median(ts)))
+            if progress:
+                progress(1)
+        out["seconds"][str(B)] = secs
+        out["relative"][str(B)] = [s / secs[0] for s in secs]
+    return out
+
+
+def plot_verify_curve(curve: dict, path: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for B, rel in curve["relative"].items():
+        ax.plot(curve["ks"], rel, marker="o", label=f"batch {B}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("tokens per row in the forward (k)")
+    ax.set_ylabel("time relative to k = 1")
+    ax.set_title(f"Verify-cost curve (prefix {curve['prefix']})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

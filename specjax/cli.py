@@ -283,6 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run Hugging Face transformers on the same weights")
     b.add_argument("--output", help="results JSON")
     b.add_argument("--plot", help="results PNG (speedup by category, acceptance by position)")
+    b.add_argument("--verify-curve", action="store_true",
+                   help="instead: time one target forward over k tokens vs k = 1")
+    b.add_argument("--curve-ks", default="1,2,4,8,16,32,64")
+    b.add_argument("--curve-batches", default="1,4,16")
+    b.add_argument("--curve-prefix", type=int, default=256)
     b.set_defaults(fn=cmd_bench)
     return p
 

@@ -111,3 +111,16 @@ def test_bench_hf_peer(tmp_path, tiny_gguf, prompts_file):
     assert rows[("hf_ar", "code")]["identical_to_ar"] is True
     assert rows[("hf_prompt_lookup", "code")]["identical_to_ar"] is True
     assert rows[("hf_ar", "code")]["tau"] is None
+
+
+def test_verify_curve_command(tmp_path, tiny_gguf):
+    out = tmp_path / "curve.json"
+    assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), "--curve-ks", "1,2,4",
+                 "--curve-batches", "1,2", "--curve-prefix", "8", "--output", str(out),
+                 "--plot", str(tmp_path / "c.png")]) == 0
+    curve = json.loads(out.read_text())
+    assert curve["ks"] == [1, 2, 4] and set(curve["relative"]) == {"1", "2"}
+    for B in ("1", "2"):
+        assert curve["relative"][B][0] == 1.0
+        assert all(s > 0 for s in curve["seconds"][B])
+    assert (tmp_path / "c.png").exists()
