@@ -125,6 +125,7 @@ def main(argv=None):
 
     from tqdm import tqdm
 
+    from specjax.bench import cpu_name
     from specjax.models.loaders import load
 
     tok = load("smollm2-135m").tokenizer
@@ -186,8 +187,8 @@ def main(argv=None):
             row["vs_hf_float32"] = row["decode_tok_s_median"] / base
     out = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()} {platform.processor() or ''} "
-                   f"cores={__import__('os').cpu_count()}",
+        "machine": f"{cpu_name()}, {__import__('os').cpu_count()} cores, "
+                   f"{platform.platform()}",
         "command": "python " + " ".join(sys.argv),
         "read_bandwidth_GBps": bw,
         "max_new_tokens": args.max_new_tokens,

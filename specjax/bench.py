@@ -339,12 +339,22 @@ def plot(summary: dict, path: str):
     plt.close(fig)
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment(argv: list[str]) -> dict:
     import jax
 
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.platform()}",
+        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {platform.platform()}",
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
         "command": "specjax " + " ".join(argv),
