@@ -116,28 +116,21 @@ class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
         d, h, kvh, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         init = nnx.initializers.normal(0.02)
-        self.wq = nnx.Param(init(rngs.params(), (h * hd, d), param_dtype))
-        self.wk = nnx.Param(init(rngs.params(), (kvh * hd, d), param_dtype))
-        self.wv = nnx.Param(init(rngs.params(), (kvh * hd, d), param_dtype))
+        # q, k and v projections stored as one [(h + 2 kvh) * hd, d] matrix: one matmul
+        # instead of three (fewer, larger dots are measurably faster on XLA:CPU)
+        self.wqkv = nnx.Param(init(rngs.params(), ((h + 2 * kvh) * hd, d), param_dtype))
         self.wo = nnx.Param(init(rngs.params(), (d, h * hd), param_dtype))
-        if cfg.attention_bias:
-            self.bq = nnx.Param(jnp.zeros((h * hd,), param_dtype))
-            self.bk = nnx.Param(jnp.zeros((kvh * hd,), param_dtype))
-            self.bv = nnx.Param(jnp.zeros((kvh * hd,), param_dtype))
-        else:
-            self.bq = self.bk = self.bv = None
+        self.bqkv = (nnx.Param(jnp.zeros(((h + 2 * kvh) * hd,), param_dtype))
+                     if cfg.attention_bias else None)
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
 
     def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype):
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        q = linear(x, self.wq[...], dtype)
-        k = linear(x, self.wk[...], dtype)
-        v = linear(x, self.wv[...], dtype)
-        if self.bq is not None:
-            q = q + self.bq[...].astype(dtype)
-            k = k + self.bk[...].astype(dtype)
-            v = v + self.bv[...].astype(dtype)
+        qkv = linear(x, self.wqkv[...], dtype)
+        if self.bqkv is not None:
+            qkv = qkv + self.bqkv[...].astype(dtype)
+        q, k, v = jnp.split(qkv, [h * hd, (h + kvh) * hd], axis=-1)
         q = apply_rope(q.reshape(B, T, h, hd), positions, inv_freq)
         k = apply_rope(k.reshape(B, T, kvh, hd), positions, inv_freq)
         v = v.reshape(B, T, kvh, hd)
@@ -165,13 +158,11 @@ class MLP(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
         d, f = cfg.hidden_size, cfg.intermediate_size
         init = nnx.initializers.normal(0.02)
-        self.w_gate = nnx.Param(init(rngs.params(), (f, d), param_dtype))
-        self.w_up = nnx.Param(init(rngs.params(), (f, d), param_dtype))
+        self.w_gate_up = nnx.Param(init(rngs.params(), (2 * f, d), param_dtype))  # [gate; up]
         self.w_down = nnx.Param(init(rngs.params(), (d, f), param_dtype))
 
     def __call__(self, x, dtype):
-        gate = linear(x, self.w_gate[...], dtype)
-        up = linear(x, self.w_up[...], dtype)
+        gate, up = jnp.split(linear(x, self.w_gate_up[...], dtype), 2, axis=-1)
         return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype)
 
 

@@ -45,28 +45,35 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def _targets(model: Llama) -> dict[str, nnx.Variable]:
-    out = {"model.embed_tokens.weight": model.embed, "model.norm.weight": model.final_norm}
+def _targets(model: Llama) -> dict[str, tuple[nnx.Variable, int, int]]:
+    """HF name -> (variable, first row, end row) of the (possibly fused) parameter."""
+    cfg = model.cfg
+    q, kv, f = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim, \
+        cfg.intermediate_size
+    out = {"model.embed_tokens.weight": (model.embed, 0, cfg.vocab_size),
+           "model.norm.weight": (model.final_norm, 0, cfg.hidden_size)}
     if model.lm_head is not None:
-        out["lm_head.weight"] = model.lm_head
+        out["lm_head.weight"] = (model.lm_head, 0, cfg.vocab_size)
+    d = cfg.hidden_size
     for i, blk in enumerate(model.layers):
         p = f"model.layers.{i}."
+        a, m = blk.attn, blk.mlp
         out.update({
-            p + "input_layernorm.weight": blk.attn_norm,
-            p + "post_attention_layernorm.weight": blk.mlp_norm,
-            p + "self_attn.q_proj.weight": blk.attn.wq,
-            p + "self_attn.k_proj.weight": blk.attn.wk,
-            p + "self_attn.v_proj.weight": blk.attn.wv,
-            p + "self_attn.o_proj.weight": blk.attn.wo,
-            p + "mlp.gate_proj.weight": blk.mlp.w_gate,
-            p + "mlp.up_proj.weight": blk.mlp.w_up,
-            p + "mlp.down_proj.weight": blk.mlp.w_down,
+            p + "input_layernorm.weight": (blk.attn_norm, 0, d),
+            p + "post_attention_layernorm.weight": (blk.mlp_norm, 0, d),
+            p + "self_attn.q_proj.weight": (a.wqkv, 0, q),
+            p + "self_attn.k_proj.weight": (a.wqkv, q, q + kv),
+            p + "self_attn.v_proj.weight": (a.wqkv, q + kv, q + 2 * kv),
+            p + "self_attn.o_proj.weight": (a.wo, 0, d),
+            p + "mlp.gate_proj.weight": (m.w_gate_up, 0, f),
+            p + "mlp.up_proj.weight": (m.w_gate_up, f, 2 * f),
+            p + "mlp.down_proj.weight": (m.w_down, 0, d),
         })
-        if blk.attn.bq is not None:
+        if a.bqkv is not None:
             out.update({
-                p + "self_attn.q_proj.bias": blk.attn.bq,
-                p + "self_attn.k_proj.bias": blk.attn.bk,
-                p + "self_attn.v_proj.bias": blk.attn.bv,
+                p + "self_attn.q_proj.bias": (a.bqkv, 0, q),
+                p + "self_attn.k_proj.bias": (a.bqkv, q, q + kv),
+                p + "self_attn.v_proj.bias": (a.bqkv, q + kv, q + 2 * kv),
             })
     return out
 
@@ -108,12 +115,22 @@ def model_from_tensors(cfg: ModelConfig, tensors: Mapping[str, np.ndarray], *, s
                 f"{source}: tensor {k!r} has shape {got}, expected {shape} for this config"
             )
     abstract = nnx.eval_shape(lambda: Llama(cfg, param_dtype=param_dtype, dtype=dtype))
-    for k, var in _targets(abstract).items():
-        var.set_value(jnp.asarray(np.asarray(tensors[k]), dtype=param_dtype))
+    parts: dict[int, list] = {}
+    for k, (var, lo, hi) in _targets(abstract).items():
+        parts.setdefault(id(var), [var, []])[1].append((lo, k))
+    for var, pieces in parts.values():
+        arrs = [np.asarray(tensors[k], dtype=np.float32) for _, k in sorted(pieces)]
+        full = arrs[0] if len(arrs) == 1 else np.concatenate(arrs, axis=0)
+        var.set_value(jnp.asarray(full, dtype=param_dtype))
     return abstract
 
 
 def model_to_tensors(model: Llama) -> dict[str, np.ndarray]:
     """The inverse of :func:`model_from_tensors` (float32 numpy, HF names)."""
-    return {k: np.asarray(jax.device_get(v[...]), dtype=np.float32)
-            for k, v in _targets(model).items()}
+    cache: dict[int, np.ndarray] = {}
+    out = {}
+    for k, (var, lo, hi) in _targets(model).items():
+        if id(var) not in cache:
+            cache[id(var)] = np.asarray(jax.device_get(var[...]), dtype=np.float32)
+        out[k] = cache[id(var)][lo:hi]
+    return out
