@@ -76,6 +76,23 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
             f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f} | "
             f"{fmt(r.get('speedup_vs_ar'), '.2f')}x | {fmt(r.get('tau'), '.2f')} | {acc_s} | "
             f"{fmt(r.get('identical_to_ar'))} |")
+    sweep = d.get("by_batch_size")
+    if sweep:
+        out += [
+            "",
+            f"Throughput by batch size (`--batch-sizes {','.join(map(str, sweep['batch_sizes']))}`"
+            "; all prompts, every batch filled by cycling through them; speedup against `ar` "
+            "at the same batch size):",
+            "",
+            "| batch | method | tok/s | min-max | speedup | tau | same as ar |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | :---: |",
+        ]
+        for r in sweep["rows"]:
+            out.append(
+                f"| {r['batch_size']} | {r['method']} | {r['tokens_per_s']:.1f} | "
+                f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f} | "
+                f"{fmt(r.get('speedup_vs_ar'), '.2f')}x | {fmt(r.get('tau'), '.2f')} | "
+                f"{fmt(r.get('identical_to_ar'))} |")
     configs = {r["method"]: r.get("config") for r in d["rows"] if r.get("config")}
     if configs:
         out += ["", "Method configurations:", ""]

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from specjax.data.builtin import BUILTIN  # noqa: F401  (the default prompts, re-exported)
 from specjax.methods import build, describe
 
 
@@ -31,53 +32,22 @@ class BenchError(ValueError):
     pass
 
 
-BUILTIN = [
-    # a few prompts per category, written for this project
-    ("chat", "Give me three tips for staying focused while studying."),
-    ("chat", "What are some good ways to make new friends after moving to a new city?"),
-    ("code", "Write a Python function that checks whether a string is a palindrome, ignoring "
-             "case and spaces."),
-    ("code", "Rewrite this function with clear variable names and a docstring:\n"
-             "def f(a, b):\n    c = 0\n    for d in a:\n        if d > b:\n            c += d\n"
-             "    return c\n"),
-    ("math", "A train travels 120 km in 1.5 hours. What is its average speed in km/h? "
-             "Explain briefly."),
-    ("math", "If a shirt costs $25 and is discounted by 20%, what is the new price? Show the "
-             "steps."),
-    ("summarization", "Summarize in two sentences: The city council met on Tuesday to discuss "
-                      "the new bike lanes. Residents praised the safety benefits but worried "
-                      "about parking on Main Street. Shop owners asked for loading zones. The "
-                      "council will vote on the final plan next month after a public hearing."),
-    ("summarization", "Summarize the following text in one paragraph: The Industrial "
-                      "Revolution began in Britain in the late 18th century. It transformed "
-                      "economies from agrarian to industrial. Steam engines powered factories, "
-                      "and railways connected cities. Workers moved from farms to urban "
-                      "centers, which grew rapidly. Living conditions in cities were often "
-                      "poor, and reforms followed over the next century."),
-    ("rag", "Answer using only the context.\nContext: The Amazon river is about 6,400 km long. "
-            "It flows through Peru, Colombia and Brazil and empties into the Atlantic Ocean. "
-            "Its basin covers about 7 million square kilometres.\nQuestion: Which countries "
-            "does the Amazon flow through, and where does it end?"),
-    ("rag", "Using the passage, explain what photosynthesis produces.\nPassage: "
-            "Photosynthesis is the process by which green plants use sunlight, water and carbon "
-            "dioxide to produce glucose and oxygen. It takes place mainly in the leaves, inside "
-            "chloroplasts, which contain chlorophyll."),
-]
-
-
 def load_prompts(spec: str, categories: list[str] | None = None, limit: int | None = None
                  ) -> list[dict]:
-    """``builtin``, a JSONL file, or ``spec_bench:PATH`` -> ``[{"id", "category", "prompt"}]``."""
-    if spec == "builtin":
-        items = [{"id": f"builtin-{i}", "category": c, "prompt": p}
-                 for i, (c, p) in enumerate(BUILTIN)]
-    else:
-        from specjax.cli import read_prompts
+    """A prompt spec -> ``[{"id", "category", "prompt"}]`` (prompts without one: ``all``).
 
-        path = spec.split(":", 1)[1] if spec.startswith("spec_bench:") else spec
-        items = read_prompts(path)
-        for it in items:
-            it.setdefault("category", "all")
+    ``spec`` is anything ``specjax.data.load_prompts`` reads: ``builtin``, a JSONL file,
+    ``spec_bench:PATH``, ``mt_bench[:PATH]``, ``humaneval[:PATH]``, ``gsm8k:PATH``,
+    ``sharegpt:PATH``, ``text:PATH``. ``limit``: at most that many prompts per category.
+    """
+    from specjax import data
+
+    try:
+        records = data.load_prompts(spec)
+    except data.DataError as e:
+        raise BenchError(str(e)) from None
+    items = [{"id": r.id, "category": r.category or "all", "prompt": r.prompt}
+             for r in records]
     if categories:
         known = sorted({it["category"] for it in items})
         bad = [c for c in categories if c not in known]
@@ -112,6 +82,20 @@ def parse_bench_method_args(items: list[str], methods: list[str]) -> dict[str, d
     return out
 
 
+def parse_batch_sizes(text: str | None) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]`` (sorted, unique); None or '' -> ``[]``."""
+    if not text:
+        return []
+    try:
+        out = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise BenchError(f"--batch-sizes must be comma-separated integers, got {text!r}"
+                         ) from None
+    if not out or out[0] < 1:
+        raise BenchError(f"--batch-sizes must be integers >= 1, got {text!r}")
+    return out
+
+
 @dataclasses.dataclass
 class Run:
     method: str
@@ -124,6 +108,7 @@ class Run:
     drafted_at: list[int] | None
     accepted_at: list[int] | None
     tokens: list[list[int]]
+    batch_size: int = 1  # rows requested per generate call
 
 
 def _peer_runner(lm, kind: str, max_new: int, eos_ids):
@@ -181,7 +166,16 @@ def dense_hf_model(lm):
 
 def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_tokens: int,
               batch_size: int, temperature: float, repeats: int, peer: str | None = None,
-              seed: int = 0, progress: Callable | None = None) -> dict[str, Any]:
+              seed: int = 0, progress: Callable | None = None,
+              batch_sizes: list[int] | None = None) -> dict[str, Any]:
+    """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
+
+    Per-category rows use batches of ``batch_size`` prompts of one category. With
+    ``batch_sizes``, each method (not the peers: transformers' prompt lookup runs one prompt
+    at a time) also runs at each batch size B over all prompts, every batch filled to B rows by
+    cycling through the prompts; ``summary["by_batch_size"]`` then holds tokens/s, speedup and
+    identical-output flags per method and B.
+    """
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
 
@@ -199,39 +193,86 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     for cat, idx in by_cat.items():
         for s in range(0, len(idx), batch_size):
             batches.append((cat, idx[s:s + batch_size]))
+    sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
     peers = {}
     if peer == "hf":
         for kind in ("hf_ar", "hf_prompt_lookup"):
             peers[kind] = _peer_runner(lm, kind, max_new_tokens, eos)
     all_methods = methods + list(peers)
     runs: list[Run] = []
+    sweep_runs: list[Run] = []
     compile_s = defaultdict(float)
+    sweep_compile_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+
+    def one(m: str, cat: str, rep: int, idx: list[int], B: int, compile_to) -> Run:
+        prompts = [encoded[i] for i in idx]
+        ids = [items[i]["id"] for i in idx]
+        if m in peers:
+            toks, wall = peers[m](prompts)
+            return Run(m, cat, rep, ids, sum(len(t) for t in toks), wall, 0, None, None, toks,
+                       B)
+        d, pol = built[m]
+        r = generate(lm.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
+                     eos_ids=eos, batch_size=len(prompts), drafter=d, policy=pol)
+        compile_to[m] += r.compile_s
+        ex = r.extra or {}
+        k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
+        return Run(
+            m, cat, rep, ids, sum(r.new_tokens), r.wall_s[0], sum(r.target_forwards),
+            [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
+            [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
+            r.tokens, B)
+
     for rep in range(repeats):
         for cat, idx in batches:
-            prompts = [encoded[i] for i in idx]
             for m in all_methods:  # interleaved
-                if m in peers:
-                    toks, wall = peers[m](prompts)
-                    runs.append(Run(m, cat, rep, [items[i]["id"] for i in idx],
-                                    sum(len(t) for t in toks), wall, 0, None, None, toks))
-                else:
-                    d, pol = built[m]
-                    r = generate(lm.model, prompts, max_new_tokens=max_new_tokens,
-                                 sampling=sampling, eos_ids=eos, batch_size=len(prompts),
-                                 drafter=d, policy=pol)
-                    compile_s[m] += r.compile_s
-                    ex = r.extra or {}
-                    k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
-                    runs.append(Run(
-                        m, cat, rep, [items[i]["id"] for i in idx], sum(r.new_tokens),
-                        r.wall_s[0], sum(r.target_forwards),
-                        [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
-                        [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
-                        r.tokens))
+                runs.append(one(m, cat, rep, idx, batch_size, compile_s))
                 if progress:
                     progress(1)
-    return summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=(
-        temperature == 0.0))
+        for B, bidx in sweep.items():
+            for idx in bidx:
+                for m in methods:  # interleaved
+                    sweep_runs.append(one(m, "ALL", rep, idx, B, sweep_compile_s[B]))
+                    if progress:
+                        progress(1)
+    greedy = temperature == 0.0
+    summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
+    if batch_sizes:
+        summary["by_batch_size"] = summarize_batch_sizes(
+            runs, sweep_runs, methods, sorted(set(batch_sizes)), batch_size, compile_s,
+            sweep_compile_s, built, greedy)
+    return summary
+
+
+def sweep_batches(n: int, batch_sizes: list[int], batch_size: int) -> dict[int, list[list[int]]]:
+    """Prompt indices of the batch-size sweep: for each B, ceil(n / B) batches of exactly B
+    rows, cycling through the n prompts. B = 1 with ``batch_size`` = 1 is left out: the
+    per-category runs are the same work and serve for it."""
+    out = {}
+    for B in sorted(set(batch_sizes)):
+        if B == 1 and batch_size == 1:
+            continue
+        out[B] = [[i % n for i in range(s, s + B)] for s in range(0, n, B)]
+    return out
+
+
+def summarize_batch_sizes(runs, sweep_runs, methods, batch_sizes, batch_size, compile_s,
+                          sweep_compile_s, built, greedy) -> dict:
+    """Rows ``{method, batch_size, tokens_per_s, ..., speedup_vs_ar}`` over all prompts, per
+    batch size; speedups and identical-output flags against ``ar`` at the same batch size."""
+    rows = []
+    for B in batch_sizes:
+        if B == 1 and batch_size == 1:
+            rb = [r for r in runs if r.method in methods]
+            comp = compile_s
+        else:
+            rb = [r for r in sweep_runs if r.batch_size == B]
+            comp = sweep_compile_s.get(B, {})
+        for row in summarize(rb, methods, [], dict(comp), built, greedy)["rows"]:
+            row.pop("category")
+            row.pop("config", None)
+            rows.append({"method": row.pop("method"), "batch_size": B, **row})
+    return {"batch_sizes": list(batch_sizes), "rows": rows}
 
 
 def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bool) -> dict:
@@ -297,6 +338,16 @@ def format_table(summary: dict) -> str:
         lines.append(f"{r['category']:16s} {r['method']:18s} {r['tokens_per_s']:8.1f} "
                      f"{r['tokens_per_s_min']:6.1f}-{r['tokens_per_s_max']:<6.1f} {sp:>8s} "
                      f"{tau:>6s} {same:>5s}")
+    if summary.get("by_batch_size"):
+        lines += ["", f"{'batch':>5s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} "
+                      f"{'speedup':>8s} {'tau':>6s} {'same':>5s}"]
+        for r in summary["by_batch_size"]["rows"]:
+            same = {True: "yes", False: "NO", None: "-"}[r.get("identical_to_ar")]
+            tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
+            sp = f"{r['speedup_vs_ar']:.2f}x" if r.get("speedup_vs_ar") else "-"
+            lines.append(f"{r['batch_size']:5d} {r['method']:18s} {r['tokens_per_s']:8.1f} "
+                         f"{r['tokens_per_s_min']:6.1f}-{r['tokens_per_s_max']:<6.1f} {sp:>8s} "
+                         f"{tau:>6s} {same:>5s}")
     return "\n".join(lines)
 
 
@@ -309,7 +360,8 @@ def plot(summary: dict, path: str):
     rows = summary["rows"]
     cats = summary["categories"] + ["ALL"]
     methods = [m for m in summary["methods"] if m != "ar"]
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    sweep = summary.get("by_batch_size")
+    fig, axes = plt.subplots(1, 3 if sweep else 2, figsize=(19.5 if sweep else 13, 4.5))
     ax = axes[0]
     w = 0.8 / max(len(methods), 1)
     for i, m in enumerate(methods):
@@ -333,10 +385,32 @@ def plot(summary: dict, path: str):
     ax.set_ylim(0, 1.02)
     ax.set_title("Acceptance by draft position (all categories)")
     ax.legend(fontsize=8)
+    if sweep:
+        plot_batch_sizes(axes[2], sweep)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_batch_sizes(ax, sweep: dict):
+    """Tokens/s (median, min-max bars) against batch size, one line per method."""
+    bs = sweep["batch_sizes"]
+    for m in dict.fromkeys(r["method"] for r in sweep["rows"]):
+        rs = {r["batch_size"]: r for r in sweep["rows"] if r["method"] == m}
+        xs = [b for b in bs if b in rs]
+        ys = [rs[b]["tokens_per_s"] for b in xs]
+        err = [[y - rs[b]["tokens_per_s_min"] for b, y in zip(xs, ys)],
+               [rs[b]["tokens_per_s_max"] - y for b, y in zip(xs, ys)]]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs)
+    ax.set_xticklabels([str(b) for b in bs])
+    ax.set_xlabel("batch size (rows decoded together)")
+    ax.set_ylabel("tokens/s (all rows)")
+    ax.set_title("Throughput by batch size (all prompts)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
 
 
 def cpu_name() -> str:
@@ -391,20 +465,28 @@ def main_bench(args, argv) -> int:
     if args.repeats < 1:
         raise BenchError(f"--repeats must be >= 1, got {args.repeats}")
     margs = parse_bench_method_args(args.method_arg, methods)
+    batch_sizes = parse_batch_sizes(getattr(args, "batch_sizes", None))
+    if args.batch_size < 1:
+        raise BenchError(f"--batch-size must be >= 1, got {args.batch_size}")
     cats = [c for c in args.categories.split(",")] if args.categories else None
     items = load_prompts(args.prompts, cats, args.limit)
     lm = _load(args)
     n_batches = sum(-(-len([i for i in items if i["category"] == c]) // args.batch_size)
                     for c in {i["category"] for i in items})
-    n_methods = len(set(methods) | {"ar"}) + (2 if args.peer == "hf" else 0)
-    with tqdm(total=args.repeats * n_batches * n_methods, desc="bench", unit="run",
-              file=sys.stderr) as bar:
+    n_ours = len(set(methods) | {"ar"})
+    n_methods = n_ours + (2 if args.peer == "hf" else 0)
+    n_sweep = sum(len(b) for b in sweep_batches(len(items), batch_sizes, args.batch_size
+                                                ).values())
+    with tqdm(total=args.repeats * (n_batches * n_methods + n_sweep * n_ours), desc="bench",
+              unit="run", file=sys.stderr) as bar:
         summary = run_bench(lm, items, methods, margs, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, temperature=args.temperature,
-                            repeats=args.repeats, peer=args.peer, progress=bar.update)
+                            repeats=args.repeats, peer=args.peer, progress=bar.update,
+                            batch_sizes=batch_sizes)
     summary.update(environment(argv))
     summary.update({"model": args.model, "max_new_tokens": args.max_new_tokens,
-                    "batch_size": args.batch_size, "temperature": args.temperature,
+                    "batch_size": args.batch_size, "batch_sizes": batch_sizes,
+                    "temperature": args.temperature,
                     "repeats": args.repeats, "prompts": args.prompts, "n_prompts": len(items)})
     print(format_table(summary))
     if args.output:

@@ -6,7 +6,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 from specjax.methods import METHODS
 
@@ -37,39 +36,18 @@ def _dtype(name: str):
 
 
 def read_prompts(path: str) -> list[dict]:
-    """Reads ``{"id", "prompt"}`` or ``{"question_id", "turns": [...]}`` JSONL lines."""
-    p = Path(path)
-    if not p.exists():
-        raise CLIError(f"{path}: prompts file not found")
-    out = []
-    with p.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CLIError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise CLIError(f"{path}:{lineno}: expected a JSON object")
-            if "prompt" in obj:
-                text = obj["prompt"]
-                pid = obj.get("id", obj.get("question_id", lineno))
-            elif "turns" in obj:
-                turns = obj["turns"]
-                if not isinstance(turns, list) or not turns:
-                    raise CLIError(f"{path}:{lineno}: 'turns' must be a non-empty list")
-                text = turns[0]
-                pid = obj.get("question_id", obj.get("id", lineno))
-            else:
-                raise CLIError(f"{path}:{lineno}: needs a 'prompt' or a 'turns' field")
-            if not isinstance(text, str):
-                raise CLIError(f"{path}:{lineno}: the prompt must be a string")
-            out.append({"id": pid, "prompt": text, **({"category": obj["category"]}
-                                                       if "category" in obj else {})})
-    if not out:
-        raise CLIError(f"{path}: no prompts")
-    return out
+    """Prompts of a spec -> ``[{"id", "prompt"[, "category"]}]``.
+
+    ``path`` is a JSONL file of ``{"id", "prompt"}`` or ``{"question_id", "turns": [...]}``
+    lines (first turn), or any spec ``specjax.data.load_prompts`` reads (``builtin``,
+    ``spec_bench:PATH``, ``mt_bench``, ``humaneval``, ``gsm8k:PATH``, ``sharegpt:PATH``, ...).
+    """
+    from specjax import data
+
+    try:
+        return [r.prompt_dict() for r in data.load_prompts(path)]
+    except data.DataError as e:
+        raise CLIError(str(e)) from None
 
 
 def _load(args):
@@ -241,7 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="generate continuations of prompts")
     model_args(g)
     g.add_argument("--prompt", help="one prompt text")
-    g.add_argument("--prompts", help="JSONL file of {id, prompt} or {question_id, turns}")
+    g.add_argument("--prompts", help="JSONL file of {id, prompt} or {question_id, turns}, or a "
+                   "prompt source: builtin | mt_bench | humaneval | KIND:PATH with KIND one of "
+                   "spec_bench, mt_bench, humaneval, gsm8k, sharegpt, text")
     g.add_argument("--output", help="write JSONL results here (default: stdout)")
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
@@ -272,11 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--methods", default="ar,prompt_lookup",
                    help=f"comma-separated, from: {', '.join(METHODS)} (ar is always included)")
     b.add_argument("--method-arg", action="append", default=[], metavar="METHOD.KEY=VALUE")
-    b.add_argument("--prompts", default="builtin", help="builtin | FILE.jsonl | spec_bench:PATH")
+    b.add_argument("--prompts", default="builtin",
+                   help="builtin | FILE.jsonl | mt_bench | humaneval | KIND:PATH with KIND one "
+                   "of spec_bench, mt_bench, humaneval, gsm8k, sharegpt, text")
     b.add_argument("--categories", default=None, help="comma-separated subset")
     b.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
     b.add_argument("--max-new-tokens", type=int, default=128)
     b.add_argument("--batch-size", type=int, default=1)
+    b.add_argument("--batch-sizes", default=None, metavar="B1,B2,...",
+                   help="also run every method at each batch size over all prompts "
+                   "(tokens/s vs batch size in the JSON and a third plot panel)")
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--peer", choices=["hf"], default=None,

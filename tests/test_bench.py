@@ -124,3 +124,64 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
         assert curve["relative"][B][0] == 1.0
         assert all(s > 0 for s in curve["seconds"][B])
     assert (tmp_path / "c.png").exists()
+
+
+def test_batch_size_sweep_helpers():
+    from specjax.bench import parse_batch_sizes, sweep_batches
+
+    assert parse_batch_sizes("4,1,4") == [1, 4] and parse_batch_sizes(None) == []
+    for bad in ("0,2", "a,b"):
+        with pytest.raises(BenchError, match="--batch-sizes"):
+            parse_batch_sizes(bad)
+    # every batch is full, cycling through the prompts; B = 1 reuses the per-category runs
+    assert sweep_batches(3, [1, 2, 4], batch_size=1) == {2: [[0, 1], [2, 0]], 4: [[0, 1, 2, 0]]}
+    assert sweep_batches(3, [1], batch_size=2) == {1: [[0], [1], [2]]}
+
+
+def test_bench_batch_sizes(tmp_path, tiny_gguf, prompts_file, monkeypatch):
+    """--batch-sizes: per-batch-size figures from the same run, flags per batch size, and the
+    third plot panel. A method planted to be wrong only in batches of 2 is caught there."""
+    import matplotlib.image
+
+    import specjax.engine
+
+    real = specjax.engine.generate
+
+    def corrupt(model, prompts, **kw):
+        res = real(model, prompts, **kw)
+        d = kw.get("drafter")
+        if d is not None and d.name == "prompt_lookup" and len(prompts) == 2:
+            res.tokens[1] = res.tokens[1][:-1] + [(res.tokens[1][-1] + 1) % VOCAB_SIZE]
+        return res
+
+    monkeypatch.setattr(specjax.engine, "generate", corrupt)
+    out, png = tmp_path / "res.json", tmp_path / "res.png"
+    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
+                 "--method-arg", "prompt_lookup.k=4", "--prompts", str(prompts_file),
+                 "--max-new-tokens", "8", "--repeats", "2", "--batch-sizes", "1,2",
+                 "--output", str(out), "--plot", str(png)]) == 0
+    res = json.loads(out.read_text())
+    assert res["batch_sizes"] == [1, 2] and res["batch_size"] == 1
+    sweep = res["by_batch_size"]
+    assert sweep["batch_sizes"] == [1, 2]
+    rows = {(r["method"], r["batch_size"]): r for r in sweep["rows"]}
+    assert set(rows) == {(m, b) for m in ("ar", "prompt_lookup") for b in (1, 2)}
+    for (m, b), r in rows.items():
+        assert r["tokens_per_s_min"] <= r["tokens_per_s"] <= r["tokens_per_s_max"]
+        assert r["tokens_per_s"] > 0 and r["prompts"] == 3
+        assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] /
+                                                   rows[("ar", b)]["tokens_per_s"])
+    assert rows[("ar", 2)]["tau"] == 1.0
+    # batch 1 is the per-category run itself (same work): its figures are the ALL row's
+    all_rows = {r["method"]: r for r in res["rows"] if r["category"] == "ALL"}
+    assert rows[("prompt_lookup", 1)]["tokens_per_s"] == all_rows["prompt_lookup"][
+        "tokens_per_s"]
+    # batch 2 ran 2 batches of 2 rows (3 prompts, cycled) per repeat
+    assert 0 < rows[("ar", 2)]["new_tokens"] <= 4 * 8
+    assert rows[("prompt_lookup", 1)]["identical_to_ar"] is True
+    assert rows[("prompt_lookup", 2)]["identical_to_ar"] is False
+    assert all_rows["prompt_lookup"]["identical_to_ar"] is True
+    img = matplotlib.image.imread(png)
+    assert img.shape[1] > 2000  # three panels (two panels are 1430 pixels wide)
+    assert main(["bench", "--model", str(tiny_gguf), "--batch-sizes", "0",
+                 "--prompts", str(prompts_file)]) == 2
