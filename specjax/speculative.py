@@ -1,10 +1,13 @@
 """The speculative decoding loop: draft -> verify -> commit in one ``lax.while_loop``.
 
-Per step, per row: the policy picks a draft length ``k``; the drafter proposes up to ``k``
-tokens; the target scores ``[pending, d_1 .. d_K]`` in ONE forward (block size bucketed to what
-the live rows drafted, so drafting nothing costs a plain decoding step); the verifier accepts a
-prefix plus one correction/bonus token; tokens and caches are committed by advancing per-row
-lengths (rejected cache entries stay as scratch past the length and are overwritten later).
+Per step, per row: the policy picks a draft length (tree depth) ``k``; the drafter proposes a
+:class:`specjax.tree.DraftTree` of at most ``k`` levels (a chain is the one-branch tree); the
+target scores ``[pending, node_0 .. node_{N-1}]`` in ONE forward under the ancestor mask, with
+positions ``length + depth`` (block size bucketed to what the live rows drafted, so drafting
+nothing costs a plain decoding step); the verifier accepts a root-to-leaf path plus one
+correction/bonus token; the accepted path's cache entries are committed: chains by advancing
+per-row lengths, trees by gathering the path into contiguous slots (rejected entries stay as
+scratch past the length and are overwritten later).
 
 Batched rows stay exactly as if decoded alone (card C10): each row has its own committed
 length, positions ``length + arange``, and a mask that shows only its own committed prefix and
@@ -22,9 +25,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters.base import StepContext
+from specjax.drafters.base import StepContext, tree_spec
 from specjax.sampling import process_logits
-from specjax.verify import greedy_verify, sampling_verify
+from specjax.tree import ancestor_mask, tree_positions
+from specjax.verify import greedy_tree_verify, greedy_verify, sampling_tree_verify, sampling_verify
 
 
 @jax.tree_util.register_dataclass
@@ -122,8 +126,17 @@ def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temper
               top_p, eos_ids, K):
     S = state.cache.max_len
     B, Ls = state.seq.shape
-    buckets = verify_buckets(K)
-    ar = jnp.arange(K + 1, dtype=jnp.int32)
+    spec = tree_spec(drafter)
+    chain = getattr(drafter, "tree", None) is None  # drafted as a chain: prefix commit
+    N, D = spec.num_nodes, spec.depth
+    assert D == K, (D, K)
+    buckets = verify_buckets(N)
+    ar_n = jnp.arange(N, dtype=jnp.int32)
+    ar = jnp.arange(D + 1, dtype=jnp.int32)
+    if drafter.deterministic or spec.kind in ("topk", "dynamic"):
+        rule = "det"
+    else:
+        rule = spec.sibling
 
     def cond(s: SpecState):
         return jnp.any(~s.done)
@@ -139,60 +152,82 @@ def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temper
         k = policy.decide(s.pstate, ctx)
         k = jnp.minimum(jnp.minimum(k, S - n - 1), s.max_new - n_out - 1)
         k = jnp.where(live, jnp.clip(k, 0, K), 0).astype(jnp.int32)
-        draft, dstate, cache = drafter.propose(dparams, target, s.dstate, ctx, k, greedy)
-        nd = jnp.where(live, jnp.clip(jnp.minimum(draft.n, k), 0, K), 0)
-        pending = ctx.pending
-        block = jnp.concatenate([pending[:, None], draft.tokens], axis=1)  # [B, K+1]
-        pos = n[:, None] + ar[None]
-        need = jnp.max(nd) + 1
+        tree, dstate, cache = drafter.propose(dparams, target, s.dstate, ctx, k, greedy)
+        # a node is verified if drafted, within the row's depth and its verify slot fits
+        valid = (tree.valid & (tree.depth <= k[:, None]) & live[:, None]
+                 & (ar_n[None] + 1 < (S - n)[:, None]))
+        n_nodes = jnp.sum(valid, axis=1).astype(jnp.int32)
+        nd = jnp.max(jnp.where(valid, tree.depth, 0), axis=1).astype(jnp.int32)  # depth drafted
+        block = jnp.concatenate([ctx.pending[:, None], tree.tokens], axis=1)  # [B, N+1]
+        if chain:
+            pos = n[:, None] + jnp.arange(N + 1, dtype=jnp.int32)[None]
+            mask = None
+        else:
+            pos = tree_positions(tree.depth, n)
+            mask = ancestor_mask(tree.parent, D)
+        need = jnp.max(jnp.where(valid, ar_n[None] + 2, 1))
         branch = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), need, side="left")
 
         def make_branch(T):
             def run(cache):
-                o = target(block[:, :T], pos[:, :T], cache)
+                am = None if mask is None else mask[:, :T, :T]
+                o = target(block[:, :T], pos[:, :T], cache, attn_mask=am)
                 if greedy:
                     a = jnp.argmax(o.logits, axis=-1).astype(jnp.int32)
-                    res = jnp.zeros((B, K + 1), jnp.int32).at[:, :T].set(a)
+                    res = jnp.zeros((B, N + 1), jnp.int32).at[:, :T].set(a)
                 else:
                     p = jnp.exp(process_logits(o.logits, temperature, top_k, top_p))
-                    res = jnp.zeros((B, K + 1, p.shape[-1]), jnp.float32).at[:, :T].set(p)
+                    res = jnp.zeros((B, N + 1, p.shape[-1]), jnp.float32).at[:, :T].set(p)
                 return res, o.cache
 
             return run
 
         vout, cache = jax.lax.switch(branch, [make_branch(T) for T in buckets], cache)
-        if greedy:
-            n_acc, nxt = greedy_verify(draft.tokens, nd, vout)
+        vkeys = jax.vmap(lambda k: jax.random.key_data(
+            jax.random.fold_in(jax.random.wrap_key_data(k), 7)))(step_keys)
+        if chain:
+            if greedy:
+                n_acc, nxt = greedy_verify(tree.tokens, nd, vout)
+            else:
+                n_acc, nxt = sampling_verify(vkeys, tree.tokens, nd, vout,
+                                             None if rule == "det" else tree.q)
+            path = jnp.where(ar[None, :D] < n_acc[:, None], ar[None, :D], -1)
+        elif greedy:
+            n_acc, path, nxt = greedy_tree_verify(tree.tokens, tree.parent, valid, vout, D)
         else:
-            vkeys = jax.vmap(lambda k: jax.random.key_data(
-                jax.random.fold_in(jax.random.wrap_key_data(k), 7)))(step_keys)
-            q = None if drafter.deterministic else draft.q
-            n_acc, nxt = sampling_verify(vkeys, draft.tokens, nd, vout, q)
+            n_acc, path, nxt = sampling_tree_verify(vkeys, tree.tokens, tree.parent, tree.depth,
+                                                    valid, vout, tree.q, D, rule)
         n_acc = jnp.where(live, n_acc, 0)
-        drafts = jnp.concatenate([draft.tokens, jnp.zeros((B, 1), jnp.int32)], axis=1)
+        path_tok = jnp.take_along_axis(tree.tokens, jnp.maximum(path, 0), axis=1)  # [B, D]
+        drafts = jnp.concatenate([path_tok, jnp.zeros((B, 1), jnp.int32)], axis=1)
         emitted = jnp.where(ar[None] < n_acc[:, None], drafts,
                             jnp.where(ar[None] == n_acc[:, None], nxt[:, None], 0))
         eos = _is_eos(emitted, eos_ids) & (ar[None] <= n_acc[:, None])
-        first_eos = jnp.min(jnp.where(eos, ar[None], K + 1), axis=1)
+        first_eos = jnp.min(jnp.where(eos, ar[None], D + 1), axis=1)
         m = jnp.minimum(jnp.minimum(n_acc + 1, s.max_new - n_out), first_eos + 1)
         m = jnp.where(live, m, 0)
         idx = s.seq_len[:, None] + ar[None]
         idx = jnp.where(ar[None] < m[:, None], idx, Ls)  # out of range: dropped
         seq = s.seq.at[jnp.arange(B)[:, None], idx].set(emitted, mode="drop")
         seq_len = s.seq_len + m
-        cache = cache.advance(jnp.where(live, n_acc + 1, 0))
+        commit = jnp.where(live, n_acc + 1, 0)
+        if chain:
+            cache = cache.advance(commit)
+        else:  # the root and the accepted nodes (block index = node + 1), every layer
+            block_path = jnp.concatenate([jnp.zeros((B, 1), jnp.int32), path + 1], axis=1)
+            cache = cache.commit_path(block_path, commit)
         n_out = seq_len - s.prompt_len
         done = s.done | (live & ((first_eos < m) | (n_out >= s.max_new) |
                                  (cache.lengths >= S)))
         after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
-        dstate = drafter.update(dparams, dstate, after, n_acc)
+        dstate = drafter.update(dparams, dstate, after, n_acc, tree, path)
         pstate = policy.update(s.pstate, k, nd, n_acc)
         lv = live.astype(jnp.int32)
         acc_out = jnp.minimum(n_acc, m)  # accepted drafts that were emitted (EOS truncates)
         mt = s.metrics
         metrics = SpecMetrics(
             forwards=mt.forwards + lv,
-            drafted=mt.drafted + nd,
+            drafted=mt.drafted + n_nodes,
             accepted=mt.accepted + acc_out,
             drafted_at=mt.drafted_at + (ar[None, :K] < nd[:, None]),
             accepted_at=mt.accepted_at + (ar[None, :K] < acc_out[:, None]),

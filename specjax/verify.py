@@ -96,3 +96,119 @@ def sampling_verify(keys: jax.Array, draft: jax.Array, n_draft: jax.Array, p: ja
     logits = jnp.where(dist > 0, jnp.log(jnp.maximum(dist, 1e-38)), -jnp.inf)
     nxt = jax.vmap(jax.random.categorical)(k_s, logits).astype(jnp.int32)
     return n_acc, nxt
+
+
+# ----------------------------------------------------------------------------- trees
+
+
+def greedy_tree_verify(tokens: jax.Array, parent: jax.Array, valid: jax.Array,
+                       target_argmax: jax.Array, max_depth: int):
+    """Greedy rule on a tree: from the root, descend to the child whose token equals the
+    target's argmax at the current node, while one exists (the first in node order if several
+    do); then emit the argmax at the last accepted node.
+
+    Args:
+      tokens, parent, valid: ``[B, N]`` the drafted tree (see :class:`specjax.tree.DraftTree`).
+      target_argmax: ``int32[B, N + 1]`` target argmax at each block entry (root = 0).
+      max_depth: static maximum depth ``D``.
+    Returns ``(n_acc[B], path[B, D], next_tok[B])``; ``path[b, :n_acc[b]]`` are the accepted
+    node indices, root to leaf (``-1`` past ``n_acc``).
+    """
+    B, N = tokens.shape
+    cur = jnp.full((B,), -1, jnp.int32)
+    going = jnp.ones((B,), bool)
+    path = []
+    for _ in range(max_depth):
+        want = jnp.take_along_axis(target_argmax, (cur + 1)[:, None], axis=1)
+        cand = valid & (parent == cur[:, None]) & (tokens == want)
+        has = jnp.any(cand, axis=1) & going
+        j = jnp.argmax(cand, axis=1).astype(jnp.int32)  # first matching child
+        cur = jnp.where(has, j, cur)
+        going = has
+        path.append(jnp.where(has, j, -1))
+    path = jnp.stack(path, axis=1)
+    n_acc = jnp.sum(path >= 0, axis=1).astype(jnp.int32)
+    nxt = jnp.take_along_axis(target_argmax, (cur + 1)[:, None], axis=1)[:, 0]
+    return n_acc, path, nxt
+
+
+def _renorm(x):
+    z = jnp.sum(x, axis=-1, keepdims=True)
+    return jnp.where(z > 1e-12, x / jnp.where(z > 0, z, 1.0), 0.0)
+
+
+def sampling_tree_verify(keys: jax.Array, tokens: jax.Array, parent: jax.Array,
+                         depth: jax.Array, valid: jax.Array, p: jax.Array, q: jax.Array | None,
+                         max_depth: int, rule: str):
+    """Lossless multi-draft speculative sampling on a tree.
+
+    Walks the nodes once in order (parents precede children, siblings in draw order). At the
+    current node ``u`` (the root first) with residual ``r`` (initially the target's ``p_u``),
+    each child ``x`` is tried in turn:
+
+    * ``rule="iid"`` (siblings drawn independently from ``q_u``, SpecInfer): accept with
+      probability ``min(1, r(x) / q_u(x))``; on rejection ``r <- norm(max(0, r - q_u))``.
+    * ``rule="wor"`` (siblings drawn without replacement, Gumbel-top-k; Sequoia / RSD): the same
+      with ``q`` the proposal the sibling was drawn from: ``q_u`` for the first, then ``q``
+      with the rejected tokens removed and renormalised.
+    * ``rule="det"`` (children chosen deterministically, e.g. the top-k of the draft): the
+      proposal of each child is a point mass: accept with probability ``r(x)``; on rejection
+      ``r <- norm(r`` without ``x)``. No ``q`` needed.
+
+    On acceptance the walk descends (``r <- p_x``); when every child of the current node is
+    rejected, or it has none, the emitted token is drawn from ``r`` (the residual, or ``p`` of
+    the last accepted node: the bonus token). The output is distributed exactly as the target's.
+
+    Args:
+      keys: ``[B, 2]`` raw PRNG keys (fresh for this step).
+      tokens, parent, depth, valid: ``[B, N]`` the tree.
+      p: ``float32[B, N + 1, V]`` processed target probabilities at every block entry.
+      q: ``float32[B, N, V]``: the processed draft distribution each node was drawn from (its
+        parent's), or None for ``rule="det"``.
+    Returns ``(n_acc[B], path[B, D], next_tok[B])`` as :func:`greedy_tree_verify`.
+    """
+    if rule not in ("iid", "wor", "det"):
+        raise ValueError(f"unknown sibling rule {rule!r}")
+    if rule != "det" and q is None:
+        raise ValueError(f"rule {rule!r} needs the draft distributions q")
+    B, N = tokens.shape
+    ks = jax.vmap(lambda k: jax.random.split(jax.random.wrap_key_data(k)))(keys)
+    u = jax.vmap(lambda k: jax.random.uniform(k, (N,)))(ks[:, 0])  # [B, N]
+    rows = jnp.arange(B)
+
+    def body(j, c):
+        cur, r, qrem, fresh, path = c
+        x = tokens[:, j]
+        cand = valid[:, j] & (parent[:, j] == cur)
+        r_x = r[rows, x]
+        if rule == "det":
+            acc_p = r_x
+            rej_r = _renorm(r.at[rows, x].set(0.0))
+            new_qrem = qrem
+        else:
+            qj = q[:, j]
+            qv = jnp.where(fresh[:, None], qj, qrem) if rule == "wor" else qj
+            q_x = qv[rows, x]
+            cand = cand & (q_x > 0)  # a zero-probability proposal is padding, never tried
+            acc_p = jnp.minimum(r_x / jnp.where(q_x > 0, q_x, 1.0), 1.0)
+            rej_r = _residual(r, qv)
+            new_qrem = _renorm(qv.at[rows, x].set(0.0)) if rule == "wor" else qrem
+        accept = cand & (u[:, j] < acc_p)
+        reject = cand & ~accept
+        p_j = p[:, j + 1]
+        r = jnp.where(accept[:, None], p_j, jnp.where(reject[:, None], rej_r, r))
+        qrem = jnp.where(reject[:, None], new_qrem, qrem)
+        fresh = jnp.where(accept, True, jnp.where(reject, False, fresh))
+        d = depth[:, j] - 1
+        path = path.at[rows, jnp.where(accept, d, max_depth)].set(j, mode="drop")
+        cur = jnp.where(accept, j, cur)
+        return cur, r, qrem, fresh, path
+
+    init = (jnp.full((B,), -1, jnp.int32), p[:, 0],
+            jnp.zeros_like(p[:, 0]) if rule == "wor" else jnp.zeros((B, 1), p.dtype),
+            jnp.ones((B,), bool), jnp.full((B, max_depth), -1, jnp.int32))
+    cur, r, _, _, path = jax.lax.fori_loop(0, N, body, init)
+    n_acc = jnp.sum(path >= 0, axis=1).astype(jnp.int32)
+    logits = jnp.where(r > 0, jnp.log(jnp.maximum(r, 1e-38)), -jnp.inf)
+    nxt = jax.vmap(jax.random.categorical)(ks[:, 1], logits).astype(jnp.int32)
+    return n_acc, path, nxt

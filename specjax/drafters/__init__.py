@@ -2,13 +2,13 @@
 
 from specjax.drafters import draft_model, prompt_lookup, self_spec  # noqa: F401  (registers)
 from specjax.drafters.base import (
-    Draft,
     Drafter,
     DrafterError,
     StepContext,
     available,
     make,
     register,
+    tree_spec,
 )
 
-__all__ = ["Draft", "Drafter", "DrafterError", "StepContext", "available", "make", "register"]
+__all__ = ["Drafter", "DrafterError", "StepContext", "available", "make", "register", "tree_spec"]

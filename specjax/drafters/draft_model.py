@@ -16,7 +16,17 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from specjax.drafters.base import Draft, DrafterError, StepContext, chain_draft, check_k, register
+from specjax.drafters.base import (
+    DrafterError,
+    StepContext,
+    chain_draft,
+    check_k,
+    check_tree_option,
+    draft_tree_or_nothing,
+    register,
+    tree_draft,
+)
+from specjax.tree import DraftTree, TreeSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +34,7 @@ class DraftModelDrafter:
     graphdef: object
     max_k: int
     vocab: int
+    tree: TreeSpec | None = None
     description: str = ""
     name: str = "draft_model"
     deterministic: bool = False
@@ -55,13 +66,38 @@ class DraftModelDrafter:
         idx = jnp.stack([n - 1, n], axis=1)
         first = jnp.take_along_axis(ctx.seq, idx, axis=1)
         kmax = jnp.max(jnp.where(ctx.live, k, 0))
-        # the first step always runs (it keeps the draft cache in sync even when k == 0)
-        tokens, q, cache = chain_draft(step, state, first, idx, self.max_k, kmax, ctx, greedy,
-                                       self.vocab)
-        return Draft(tokens=tokens, n=k, q=q), cache, ctx.target_cache
+        if self.tree is None:
+            # the first step always runs (it keeps the draft cache in sync even when k == 0)
+            tokens, q, cache = chain_draft(step, state, first, idx, self.max_k, kmax, ctx,
+                                           greedy, self.vocab)
+            return DraftTree.chain(tokens, k, q), cache, ctx.target_cache
 
-    def update(self, params, state, ctx, n_acc):
-        return state
+        def run(tokens, positions, cache, offset, mask):
+            o = m(tokens, positions, cache, attn_mask=mask, write_offset=offset)
+            return o.logits, o.cache
+
+        # sync step (always): [x_{n-1}, x_n] at slots n-1, n; then the root x_n is scratch
+        # slot 0 (cache length n) and the tree's levels go to the slots after it
+        root_logits, cache = step(first, idx, state.with_lengths(n - 1))
+        tree, cache = draft_tree_or_nothing(
+            lambda c: tree_draft(run, root_logits, c, self.tree, ctx, greedy, kmax, k,
+                                 self.vocab),
+            cache.with_lengths(n), self.tree, kmax, greedy, self.vocab)
+        return tree, cache, ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path):
+        if self.tree is None:
+            return state
+        # the next proposal rewrites slot n + n_acc (the last accepted node) and expects the
+        # accepted nodes before it at n + 1 ...: gather them from their drafting slots
+        D = path.shape[1]
+        if D < 2:
+            return state
+        before = path[:, :D - 1]
+        slots = jnp.take_along_axis(tree.slot, jnp.maximum(before, 0), axis=1)
+        cache = state.with_lengths(state.lengths + 1)  # past the root (slot n)
+        cache = cache.commit_path(jnp.maximum(slots - 1, 0), jnp.maximum(n_acc - 1, 0))
+        return cache.with_lengths(state.lengths)
 
 
 def truncated_copy(target_model, num_layers: int):
@@ -79,8 +115,8 @@ def truncated_copy(target_model, num_layers: int):
 
 
 @register("draft_model")
-def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None = None
-                     ) -> DraftModelDrafter:
+def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None = None,
+                     tree: str = "chain") -> DraftModelDrafter:
     """``draft_model``: a preset, GGUF path or HF directory; default: the target's first
     ``layers`` blocks (a stand-in until a trained draft model exists)."""
     target = getattr(target_lm, "model", target_lm)
@@ -110,6 +146,8 @@ def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None
             f"draft model vocabulary ({dm.cfg.vocab_size}) differs from the target's "
             f"({target.cfg.vocab_size}): they must share one tokenizer"
         )
+    spec = check_tree_option(tree, check_k(k))
     graphdef, params = nnx.split(dm)
-    return DraftModelDrafter(graphdef=graphdef, max_k=check_k(k), vocab=dm.cfg.vocab_size,
-                             description=desc, _params=params)
+    return DraftModelDrafter(graphdef=graphdef, max_k=spec.depth if spec else k,
+                             vocab=dm.cfg.vocab_size, tree=spec, description=desc,
+                             _params=params)

@@ -12,7 +12,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import Draft, DrafterError, StepContext, check_k, register
+from specjax.drafters.base import DrafterError, StepContext, check_k, register
+from specjax.tree import DraftTree
 
 
 def ngram_lookup(seq, seq_len, K: int, max_ngram: int, min_ngram: int):
@@ -43,6 +44,7 @@ class PromptLookupDrafter:
     max_k: int
     max_ngram: int = 3
     min_ngram: int = 1
+    tree: None = None  # model-free n-gram drafts are chains
     name: str = "prompt_lookup"
     deterministic: bool = True
 
@@ -55,9 +57,9 @@ class PromptLookupDrafter:
     def propose(self, params, target, state, ctx: StepContext, k, greedy):
         tokens, avail = ngram_lookup(ctx.seq, ctx.seq_len, self.max_k, self.max_ngram,
                                      self.min_ngram)
-        return Draft(tokens=tokens, n=jnp.minimum(k, avail)), state, ctx.target_cache
+        return DraftTree.chain(tokens, jnp.minimum(k, avail)), state, ctx.target_cache
 
-    def update(self, params, state, ctx, n_acc):
+    def update(self, params, state, ctx, n_acc, tree, path):
         return state
 
 

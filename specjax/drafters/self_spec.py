@@ -13,7 +13,17 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import Draft, DrafterError, StepContext, chain_draft, check_k, register
+from specjax.drafters.base import (
+    DrafterError,
+    StepContext,
+    chain_draft,
+    check_k,
+    check_tree_option,
+    draft_tree_or_nothing,
+    register,
+    tree_draft,
+)
+from specjax.tree import DraftTree, TreeSpec
 
 
 def _target_model(target_lm):
@@ -27,6 +37,7 @@ class EarlyExitDrafter:
     exit_layer: int
     max_k: int
     num_layers: int
+    tree: TreeSpec | None = None
     name: str = "early_exit"
     deterministic: bool = False
 
@@ -37,19 +48,10 @@ class EarlyExitDrafter:
         return ()
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy):
-        def step(tokens, positions, cache):
-            o = target(tokens, positions, cache, exit_layer=self.exit_layer)
-            return o.logits[:, -1], o.cache
+        return self_spec_propose(target, dict(exit_layer=self.exit_layer), self.max_k,
+                                 self.tree, state, ctx, k, greedy)
 
-        n = ctx.seq_len - 1  # committed length = position of the pending token
-        kmax = jnp.max(jnp.where(ctx.live, k, 0))
-        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None], n[:, None],
-                                       self.max_k, kmax, ctx, greedy, target.cfg.vocab_size,
-                                       skip_if_zero=True)
-        cache = cache.with_lengths(ctx.target_cache.lengths)
-        return Draft(tokens=tokens, n=k, q=q), state, cache
-
-    def update(self, params, state, ctx, n_acc):
+    def update(self, params, state, ctx, n_acc, tree, path):
         return state
 
 
@@ -60,6 +62,7 @@ class LayerSkipDrafter:
     skip_attn: tuple[int, ...]
     skip_mlp: tuple[int, ...]
     max_k: int
+    tree: TreeSpec | None = None
     name: str = "layer_skip"
     deterministic: bool = False
 
@@ -70,21 +73,41 @@ class LayerSkipDrafter:
         return ()
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy):
+        return self_spec_propose(target, dict(skip_attn=self.skip_attn, skip_mlp=self.skip_mlp),
+                                 self.max_k, self.tree, state, ctx, k, greedy)
+
+    def update(self, params, state, ctx, n_acc, tree, path):
+        return state
+
+
+def self_spec_propose(target, variant: dict, K: int, tree: TreeSpec | None, state,
+                      ctx: StepContext, k, greedy):
+    """Drafts through the target itself with ``variant`` (exit layer or skipped sublayers),
+    writing scratch into the target cache past the committed length (the verify pass
+    overwrites it)."""
+    V = target.cfg.vocab_size
+    n = ctx.seq_len - 1  # committed length = position of the pending token
+    kmax = jnp.max(jnp.where(ctx.live, k, 0))
+    if tree is None:
         def step(tokens, positions, cache):
-            o = target(tokens, positions, cache, skip_attn=self.skip_attn,
-                       skip_mlp=self.skip_mlp)
+            o = target(tokens, positions, cache, **variant)
             return o.logits[:, -1], o.cache
 
-        n = ctx.seq_len - 1
-        kmax = jnp.max(jnp.where(ctx.live, k, 0))
-        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None], n[:, None],
-                                       self.max_k, kmax, ctx, greedy, target.cfg.vocab_size,
-                                       skip_if_zero=True)
-        cache = cache.with_lengths(ctx.target_cache.lengths)
-        return Draft(tokens=tokens, n=k, q=q), state, cache
+        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None],
+                                       n[:, None], K, kmax, ctx, greedy, V, skip_if_zero=True)
+        draft = DraftTree.chain(tokens, k, q)
+    else:
+        def run(tokens, positions, cache, offset, mask):
+            o = target(tokens, positions, cache, attn_mask=mask, write_offset=offset,
+                       **variant)
+            return o.logits, o.cache
 
-    def update(self, params, state, ctx, n_acc):
-        return state
+        def draft_fn(cache):
+            o = target(ctx.pending[:, None], n[:, None], cache.with_lengths(n), **variant)
+            return tree_draft(run, o.logits[:, -1], o.cache, tree, ctx, greedy, kmax, k, V)
+
+        draft, cache = draft_tree_or_nothing(draft_fn, ctx.target_cache, tree, kmax, greedy, V)
+    return draft, state, cache.with_lengths(ctx.target_cache.lengths)
 
 
 def _parse_layers(v, name) -> tuple[int, ...]:
@@ -119,7 +142,8 @@ def default_skip_set(num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]
 
 
 @register("early_exit")
-def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None) -> EarlyExitDrafter:
+def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None, tree: str = "chain"
+                    ) -> EarlyExitDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
     if exit_layer is None:
@@ -129,11 +153,14 @@ def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None) -> Ear
             f"exit_layer must be an integer in [1, {L - 1}] for this {L}-layer model, "
             f"got {exit_layer!r}"
         )
-    return EarlyExitDrafter(exit_layer=exit_layer, max_k=check_k(k), num_layers=L)
+    spec = check_tree_option(tree, check_k(k))
+    return EarlyExitDrafter(exit_layer=exit_layer, max_k=spec.depth if spec else k,
+                            num_layers=L, tree=spec)
 
 
 @register("layer_skip")
-def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None) -> LayerSkipDrafter:
+def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None, tree: str = "chain"
+                    ) -> LayerSkipDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
     if skip_attn is None and skip_mlp is None:
@@ -148,4 +175,6 @@ def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None) -> Lay
         raise DrafterError("the skip set skips every sublayer: the draft would ignore its input")
     if not sa and not sm:
         raise DrafterError("the skip set is empty: the draft would be the target itself")
-    return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=check_k(k))
+    spec = check_tree_option(tree, check_k(k))
+    return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=spec.depth if spec else k,
+                            tree=spec)

@@ -97,19 +97,23 @@ def linear(x: Array, w: Array, dtype) -> Array:
 
 
 def build_mask(lengths: Array, T: int, S: int, attn_mask: Array | None) -> Array:
-    """Boolean ``[B, T, S]`` visibility over cache slots (see module docstring)."""
+    """Boolean ``[B, T, S]`` visibility over cache slots (see module docstring).
+
+    ``attn_mask`` is ``[B, T, W]`` over the scratch window ``lengths + [0, W)`` (``W = T`` for
+    a block written at the start of the scratch); None means causal over the block.
+    """
     j = jnp.arange(S, dtype=jnp.int32)[None, None, :]
     L = lengths.astype(jnp.int32)[:, None, None]
-    rel = j - L  # block-relative index of slot j
-    in_block = (rel >= 0) & (rel < T)
+    rel = j - L  # scratch-relative index of slot j
     if attn_mask is None:
         i = jnp.arange(T, dtype=jnp.int32)[None, :, None]
-        allowed = rel <= i
+        visible = (rel >= 0) & (rel <= i)
     else:
-        B = lengths.shape[0]
-        idx = jnp.broadcast_to(jnp.clip(rel, 0, T - 1), (B, T, S))
+        B, _, W = attn_mask.shape
+        idx = jnp.broadcast_to(jnp.clip(rel, 0, W - 1), (B, T, S))
         allowed = jnp.take_along_axis(attn_mask.astype(bool), idx, axis=2)
-    return (j < L) | (in_block & allowed)
+        visible = (rel >= 0) & (rel < W) & allowed
+    return (j < L) | visible
 
 
 class Attention(nnx.Module):
@@ -124,7 +128,8 @@ class Attention(nnx.Module):
                      if cfg.attention_bias else None)
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
 
-    def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype):
+    def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype,
+                 write_offset: int = 0):
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = linear(x, self.wqkv[...], dtype)
@@ -134,8 +139,8 @@ class Attention(nnx.Module):
         q = apply_rope(q.reshape(B, T, h, hd), positions, inv_freq)
         k = apply_rope(k.reshape(B, T, kvh, hd), positions, inv_freq)
         v = v.reshape(B, T, kvh, hd)
-        k_cache = write_block(k_cache, k, lengths)
-        v_cache = write_block(v_cache, v, lengths)
+        k_cache = write_block(k_cache, k, lengths + write_offset)
+        v_cache = write_block(v_cache, v, lengths + write_offset)
         g = h // kvh
         qg = q.reshape(B, T, kvh, g, hd)
         scores = jnp.einsum(
@@ -222,6 +227,7 @@ class Llama(nnx.Module):
         hidden_layers: Sequence[int] = (),
         logits_index: Array | None = None,
         compute_logits: bool = True,
+        write_offset: int = 0,
     ) -> ForwardOutput:
         """Runs the decoder over a block of new tokens.
 
@@ -229,8 +235,12 @@ class Llama(nnx.Module):
           tokens: ``int32[B, T]`` new tokens.
           positions: ``int32[B, T]`` their rotary positions.
           cache: the KV cache; new entries go to ``cache.lengths[b] + [0, T)``.
-          attn_mask: optional ``bool[B, T, T]`` visibility among the new tokens (default
-            causal); the committed prefix is always visible.
+          attn_mask: optional ``bool[B, T, W]`` visibility over the scratch window
+            ``cache.lengths[b] + [0, W)`` (``W >= write_offset + T``; default: causal among
+            the new tokens, ``W = T``); the committed prefix is always visible.
+          write_offset: static: the new block is written at ``cache.lengths[b] +
+            write_offset + [0, T)`` (tree drafting feeds one level at a time into scratch
+            slots past earlier levels; needs ``attn_mask``).
           exit_layer: stop after this many blocks (``1..num_layers``), then final norm and head.
           skip_attn / skip_mlp: block indices whose attention / MLP sublayer is skipped
             (residual passes through; a skipped attention writes nothing to its cache).
@@ -253,6 +263,9 @@ class Llama(nnx.Module):
         hidden_layers = tuple(cfg.num_layers - 1 if i == -1 else i for i in hidden_layers)
         dtype = self.dtype
         inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        if write_offset and (attn_mask is None or attn_mask.shape[2] < write_offset + T):
+            raise ValueError("write_offset needs an attn_mask over a window of at least "
+                             "write_offset + T scratch slots")
         mask = build_mask(cache.lengths, T, cache.max_len, attn_mask)
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dtype)
         ks, vs = list(cache.k), list(cache.v)
@@ -262,7 +275,7 @@ class Llama(nnx.Module):
             if i not in skip_attn:
                 a, ks[i], vs[i] = blk.attn(
                     rms_norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
-                    cache.lengths, mask, inv_freq, dtype,
+                    cache.lengths, mask, inv_freq, dtype, write_offset,
                 )
                 x = x + a
             if i not in skip_mlp:
