@@ -117,4 +117,6 @@ def describe(drafter, policy) -> dict:
     for f in ("exit_layer", "skip_attn", "skip_mlp", "min_ngram", "max_ngram", "description"):
         if hasattr(drafter, f):
             out[f] = getattr(drafter, f)
+    if getattr(drafter, "tree", None) is not None:
+        out["tree"] = drafter.tree.describe()
     return out

@@ -137,6 +137,25 @@ def _renorm(x):
     return jnp.where(z > 1e-12, x / jnp.where(z > 0, z, 1.0), 0.0)
 
 
+def sibling_step(r: jax.Array, qv: jax.Array | None, x: jax.Array, rule: str):
+    """One candidate child ``x[B]`` of the multi-draft rule (see :func:`sampling_tree_verify`).
+
+    Args:
+      r: ``[B, V]`` the current residual target distribution at the parent.
+      qv: ``[B, V]`` the proposal ``x`` was drawn from (None for ``rule="det"``).
+    Returns ``(accept_prob[B], residual_if_rejected[B, V], proposal_for_next_sibling[B, V] |
+    None, tried[B])``; ``tried`` is False for a zero-probability proposal (padding, skipped).
+    """
+    rows = jnp.arange(x.shape[0])
+    r_x = r[rows, x]
+    if rule == "det":
+        return r_x, _renorm(r.at[rows, x].set(0.0)), None, jnp.ones(x.shape, bool)
+    q_x = qv[rows, x]
+    acc = jnp.minimum(r_x / jnp.where(q_x > 0, q_x, 1.0), 1.0)
+    nxt_q = _renorm(qv.at[rows, x].set(0.0)) if rule == "wor" else qv
+    return acc, _residual(r, qv), nxt_q, q_x > 0
+
+
 def sampling_tree_verify(keys: jax.Array, tokens: jax.Array, parent: jax.Array,
                          depth: jax.Array, valid: jax.Array, p: jax.Array, q: jax.Array | None,
                          max_depth: int, rule: str):
@@ -180,24 +199,20 @@ def sampling_tree_verify(keys: jax.Array, tokens: jax.Array, parent: jax.Array,
         cur, r, qrem, fresh, path = c
         x = tokens[:, j]
         cand = valid[:, j] & (parent[:, j] == cur)
-        r_x = r[rows, x]
         if rule == "det":
-            acc_p = r_x
-            rej_r = _renorm(r.at[rows, x].set(0.0))
-            new_qrem = qrem
+            qv = None
+        elif rule == "wor":
+            qv = jnp.where(fresh[:, None], q[:, j], qrem)
         else:
-            qj = q[:, j]
-            qv = jnp.where(fresh[:, None], qj, qrem) if rule == "wor" else qj
-            q_x = qv[rows, x]
-            cand = cand & (q_x > 0)  # a zero-probability proposal is padding, never tried
-            acc_p = jnp.minimum(r_x / jnp.where(q_x > 0, q_x, 1.0), 1.0)
-            rej_r = _residual(r, qv)
-            new_qrem = _renorm(qv.at[rows, x].set(0.0)) if rule == "wor" else qrem
+            qv = q[:, j]
+        acc_p, rej_r, new_qrem, ok = sibling_step(r, qv, x, rule)
+        cand = cand & ok
         accept = cand & (u[:, j] < acc_p)
         reject = cand & ~accept
         p_j = p[:, j + 1]
         r = jnp.where(accept[:, None], p_j, jnp.where(reject[:, None], rej_r, r))
-        qrem = jnp.where(reject[:, None], new_qrem, qrem)
+        if rule == "wor":
+            qrem = jnp.where(reject[:, None], new_qrem, qrem)
         fresh = jnp.where(accept, True, jnp.where(reject, False, fresh))
         d = depth[:, j] - 1
         path = path.at[rows, jnp.where(accept, d, max_depth)].set(j, mode="drop")

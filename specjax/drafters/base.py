@@ -86,15 +86,18 @@ def tree_spec(drafter) -> TreeSpec:
     return t if t is not None else TreeSpec.chain(drafter.max_k)
 
 
-def check_tree_option(tree, k: int) -> TreeSpec | None:
+def check_tree_option(tree, k: int, width: int = 0, nodes: int = 0,
+                      sibling: str = "wor") -> TreeSpec | None:
     """Normalises a drafter's ``tree=`` option (a :class:`TreeSpec`, a string for
-    :func:`specjax.tree.parse_tree`, or None) to None for chains or a TreeSpec."""
+    :func:`specjax.tree.parse_tree` with ``k`` as the default depth and ``width`` / ``nodes``
+    overriding the defaults when > 0, or None) to None for chains or a TreeSpec."""
     from specjax.tree import TreeError, parse_tree
 
     if tree is None:
         return None
     try:
-        spec = tree if isinstance(tree, TreeSpec) else parse_tree(tree, k=k)
+        spec = tree if isinstance(tree, TreeSpec) else parse_tree(
+            tree, k=k, width=width or None, nodes=nodes or None, sibling=sibling)
     except TreeError as e:
         raise DrafterError(str(e)) from None
     return None if spec.kind == "chain" and spec.depth == k else spec
@@ -300,7 +303,7 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
                 ch = jax.vmap(lambda k, l: jax.random.categorical(k, l, shape=(C, F)).T)(
                     keys, f_lp)  # [B, F, C] independent draws
             else:  # top-C, or Gumbel-top-C = C draws without replacement
-                noisy = f_lp + _gumbel(ctx.keys, d, f_lp.shape) if stochastic else f_lp
+                noisy = f_lp + _gumbel(ctx.keys, d, f_lp.shape[1:]) if stochastic else f_lp
                 ch = jax.lax.top_k(noisy, C)[1]
             fpos = jnp.asarray(lv["fpos"], jnp.int32)
             tok = ch[:, fpos, jnp.asarray(lv["rank"], jnp.int32)].astype(jnp.int32)

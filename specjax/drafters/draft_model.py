@@ -116,7 +116,8 @@ def truncated_copy(target_model, num_layers: int):
 
 @register("draft_model")
 def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None = None,
-                     tree: str = "chain") -> DraftModelDrafter:
+                     tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
+                     sibling: str = "wor") -> DraftModelDrafter:
     """``draft_model``: a preset, GGUF path or HF directory; default: the target's first
     ``layers`` blocks (a stand-in until a trained draft model exists)."""
     target = getattr(target_lm, "model", target_lm)
@@ -146,7 +147,7 @@ def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None
             f"draft model vocabulary ({dm.cfg.vocab_size}) differs from the target's "
             f"({target.cfg.vocab_size}): they must share one tokenizer"
         )
-    spec = check_tree_option(tree, check_k(k))
+    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
     graphdef, params = nnx.split(dm)
     return DraftModelDrafter(graphdef=graphdef, max_k=spec.depth if spec else k,
                              vocab=dm.cfg.vocab_size, tree=spec, description=desc,

@@ -142,8 +142,9 @@ def default_skip_set(num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]
 
 
 @register("early_exit")
-def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None, tree: str = "chain"
-                    ) -> EarlyExitDrafter:
+def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None,
+                    tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
+                    sibling: str = "wor") -> EarlyExitDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
     if exit_layer is None:
@@ -153,14 +154,15 @@ def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None, tree: 
             f"exit_layer must be an integer in [1, {L - 1}] for this {L}-layer model, "
             f"got {exit_layer!r}"
         )
-    spec = check_tree_option(tree, check_k(k))
+    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
     return EarlyExitDrafter(exit_layer=exit_layer, max_k=spec.depth if spec else k,
                             num_layers=L, tree=spec)
 
 
 @register("layer_skip")
-def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None, tree: str = "chain"
-                    ) -> LayerSkipDrafter:
+def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None,
+                    tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
+                    sibling: str = "wor") -> LayerSkipDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
     if skip_attn is None and skip_mlp is None:
@@ -175,6 +177,6 @@ def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None, tree: 
         raise DrafterError("the skip set skips every sublayer: the draft would ignore its input")
     if not sa and not sm:
         raise DrafterError("the skip set is empty: the draft would be the target itself")
-    spec = check_tree_option(tree, check_k(k))
+    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
     return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=spec.depth if spec else k,
                             tree=spec)
