@@ -25,7 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 from specjax.data.builtin import BUILTIN  # noqa: F401  (the default prompts, re-exported)
-from specjax.methods import build, describe
+from specjax.methods import base_method, build, describe
 
 
 class BenchError(ValueError):
@@ -459,9 +459,13 @@ def main_bench(args, argv) -> int:
             plot_verify_curve(curve, args.plot)
         return 0
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if base_method(m) not in METHODS]
     if bad:
-        raise BenchError(f"unknown methods {bad}; available: {', '.join(METHODS)}")
+        raise BenchError(f"unknown methods {bad}; available: {', '.join(METHODS)} (a variant "
+                         "label may follow '@', e.g. early_exit@topk)")
+    if len(set(methods)) != len(methods):
+        raise BenchError(f"--methods lists a method twice: {methods}; label variants, e.g. "
+                         "early_exit,early_exit@topk")
     if args.repeats < 1:
         raise BenchError(f"--repeats must be >= 1, got {args.repeats}")
     margs = parse_bench_method_args(args.method_arg, methods)

@@ -55,6 +55,10 @@ def _load(args):
 
     t0 = time.perf_counter()
     lm = load(args.model, dtype=_dtype(args.dtype))
+    try:
+        lm.model.set_attention_impl(getattr(args, "attention_impl", "dense"))
+    except ValueError as e:
+        raise CLIError(f"--attention-impl: {e}") from None
     print(f"loaded {args.model} ({lm.format}) in {time.perf_counter() - t0:.1f}s",
           file=sys.stderr)
     return lm
@@ -215,6 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--model", default="smollm2-135m",
                         help="preset name, .gguf file or Hugging Face directory")
         sp.add_argument("--dtype", default="float32", help="compute dtype: float32 | bfloat16")
+        sp.add_argument("--attention-impl", default="dense",
+                        help="attention: dense (default) | xla | pallas | pallas_interpret | "
+                             "pallas_mosaic_gpu | pallas_mosaic_tpu (the tree-attention op)")
 
     g = sub.add_parser("generate", help="generate continuations of prompts")
     model_args(g)

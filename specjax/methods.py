@@ -73,9 +73,18 @@ def _convert(value, default, key):
     return value
 
 
+def base_method(name: str) -> str:
+    """``"early_exit@tree"`` -> ``"early_exit"``: a label after ``@`` names a variant of a
+    method (so one benchmark can compare, e.g., chain and tree drafting of one drafter)."""
+    return name.split("@", 1)[0]
+
+
 def build(name: str, lm, args: dict[str, Any] | None = None):
-    """Returns ``(drafter, policy)`` for method ``name`` (``(None, None)`` for ``"ar"``)."""
+    """Returns ``(drafter, policy)`` for method ``name`` (``(None, None)`` for ``"ar"``).
+
+    ``name`` may carry a variant label (``early_exit@topk``): the label is ignored here."""
     args = dict(args or {})
+    name = base_method(name)
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
     if name == "ar":

@@ -126,9 +126,12 @@ def random_tree(rng, N, V):
     return parent, depth, rng.integers(0, V, N).tolist()
 
 
-def test_tree_verify_logits_equal_plain_decoding_of_each_path(target):
+@pytest.mark.parametrize("impl", ["dense", "xla", "pallas_interpret"])
+def test_tree_verify_logits_equal_plain_decoding_of_each_path(target, impl):
     """Invariant 2: one forward over a random tree gives, at every node, the logits a plain
-    forward over that node's path gives; rows have different prefix lengths."""
+    forward over that node's path gives; rows have different prefix lengths. Run with each
+    attention implementation (the dense masked softmax, and the tree-attention op's XLA
+    reference and Pallas kernel)."""
     rng = np.random.default_rng(0)
     B, N, S = 3, 9, 64
     prompts = [rng.integers(0, 64, n).tolist() for n in (5, 11, 1)]
@@ -154,7 +157,12 @@ def test_tree_verify_logits_equal_plain_decoding_of_each_path(target):
                             lengths=cache.lengths)
     root = jnp.asarray([p[-1] for p in prompts], jnp.int32)
     block = jnp.concatenate([root[:, None], toks], axis=1)
-    out = target(block, tree_positions(depth, lens), cache, attn_mask=ancestor_mask(parent, N))
+    target.set_attention_impl(impl)
+    try:
+        out = target(block, tree_positions(depth, lens), cache,
+                     attn_mask=ancestor_mask(parent, N))
+    finally:
+        target.set_attention_impl("dense")
     got = np.asarray(out.logits)
     assert np.isfinite(got).all()
     # reference: every node's path decoded plainly (one right-padded causal batch)
@@ -215,6 +223,22 @@ def test_greedy_tree_decoding_equals_plain(target, name, kw):
         assert res.tokens == ref, f"batch size {bs}"
         for toks, fw, acc in zip(res.tokens, res.target_forwards, res.extra["accepted"]):
             assert fw + acc == len(toks)
+
+
+def test_tree_decoding_with_tree_attention_op(target):
+    """The engine with the model's attention through the tree-attention op (drafting writes
+    levels into scratch windows, verification uses the ancestor mask) stays exact."""
+    ps = mixed_prompts(3, seed=4)
+    ref = generate(target, ps, max_new_tokens=10).tokens
+    target.set_attention_impl("xla")
+    try:
+        d = drafters.make("early_exit", target, k=3, exit_layer=2, tree="dynamic",
+                          tree_nodes=8)
+        assert generate(target, ps, max_new_tokens=10, drafter=d, batch_size=3).tokens == ref
+    finally:
+        target.set_attention_impl("dense")
+    with pytest.raises(ValueError, match="unknown attention_impl 'flash'"):
+        target.set_attention_impl("flash")
 
 
 def test_tree_with_perfect_drafter_accepts_full_depth(target):

@@ -129,7 +129,7 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
 
     def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype,
-                 write_offset: int = 0):
+                 write_offset: int = 0, impl: str = "dense"):
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = linear(x, self.wqkv[...], dtype)
@@ -141,6 +141,18 @@ class Attention(nnx.Module):
         v = v.reshape(B, T, kvh, hd)
         k_cache = write_block(k_cache, k, lengths + write_offset)
         v_cache = write_block(v_cache, v, lengths + write_offset)
+        if impl != "dense":  # prefix + scratch window, merged by log-sum-exp (kernel op)
+            from specjax.pallas_kernels.tree_attention import tree_attention
+
+            W = mask.shape[2]
+            win = jnp.minimum(lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
+                              k_cache.shape[1] - 1)[:, :, None, None]
+            out = tree_attention(q, k_cache, v_cache, lengths,
+                                 jnp.take_along_axis(k_cache, win, axis=1),
+                                 jnp.take_along_axis(v_cache, win, axis=1), mask,
+                                 implementation=impl)
+            out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype)
+            return out, k_cache, v_cache
         g = h // kvh
         qg = q.reshape(B, T, kvh, g, hd)
         scores = jnp.einsum(
@@ -179,13 +191,26 @@ class Block(nnx.Module):
         self.mlp = MLP(cfg, rngs=rngs, param_dtype=param_dtype)
 
 
+ATTENTION_IMPLS = ("dense", "xla", "pallas_interpret", "pallas_mosaic_gpu", "pallas_mosaic_tpu",
+                   "pallas")
+
+
 class Llama(nnx.Module):
-    """Llama-family decoder. ``dtype`` is the compute dtype (float32 or bfloat16)."""
+    """Llama-family decoder. ``dtype`` is the compute dtype (float32 or bfloat16).
+
+    ``attention_impl`` (static): ``"dense"`` (default: one masked softmax over the whole cache
+    row) or an implementation of the tree-attention op
+    (:mod:`specjax.pallas_kernels.tree_attention`: ``"xla"``, ``"pallas_interpret"``,
+    ``"pallas_mosaic_gpu"``, ``"pallas_mosaic_tpu"``, or ``"pallas"`` for the platform's
+    Pallas backend), which attends to the committed prefix up to each row's length and to the
+    scratch window under the tree mask, merging the two by log-sum-exp.
+    """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None,
-                 param_dtype=jnp.float32, dtype=jnp.float32):
+                 param_dtype=jnp.float32, dtype=jnp.float32, attention_impl: str = "dense"):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         self.cfg = cfg
+        self.set_attention_impl(attention_impl)
         self.dtype = jnp.dtype(dtype)
         self.embed = nnx.Param(
             nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
@@ -202,6 +227,12 @@ class Llama(nnx.Module):
                 nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
                                               param_dtype)
             )
+
+    def set_attention_impl(self, name: str) -> None:
+        if name not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"unknown attention_impl {name!r}; valid: {', '.join(ATTENTION_IMPLS)}")
+        self.attention_impl = name
 
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         cfg = self.cfg
@@ -266,7 +297,16 @@ class Llama(nnx.Module):
         if write_offset and (attn_mask is None or attn_mask.shape[2] < write_offset + T):
             raise ValueError("write_offset needs an attn_mask over a window of at least "
                              "write_offset + T scratch slots")
-        mask = build_mask(cache.lengths, T, cache.max_len, attn_mask)
+        impl = getattr(self, "attention_impl", "dense")
+        if impl == "dense":
+            mask = build_mask(cache.lengths, T, cache.max_len, attn_mask)
+        else:  # the kernel op takes the prefix length and the scratch-window mask
+            impl = None if impl == "pallas" else impl
+            if attn_mask is None:
+                attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
+            W = attn_mask.shape[2]
+            in_cache = cache.lengths[:, None] + jnp.arange(W)[None] < cache.max_len
+            mask = attn_mask.astype(bool) & in_cache[:, None, :]
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dtype)
         ks, vs = list(cache.k), list(cache.v)
         hidden = {}
@@ -275,7 +315,7 @@ class Llama(nnx.Module):
             if i not in skip_attn:
                 a, ks[i], vs[i] = blk.attn(
                     rms_norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
-                    cache.lengths, mask, inv_freq, dtype, write_offset,
+                    cache.lengths, mask, inv_freq, dtype, write_offset, impl,
                 )
                 x = x + a
             if i not in skip_mlp:
