@@ -173,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * r['fraction_of_read_bandwidth']:.1f} |")
     result = dict(
         benchmark="tree_attention",
+        command="python " + " ".join([sys.argv[0]] + (sys.argv[1:] if argv is None else argv)),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         device=dict(backend=backend, kind=jax.devices()[0].device_kind,
                     machine=platform.machine(), processor=platform.processor()),

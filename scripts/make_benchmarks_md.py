@@ -105,6 +105,32 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     return out
 
 
+def kernel_section(d: dict) -> list[str]:
+    dev = d["device"]
+    cmd = d.get("command", "python scripts/bench_tree_attention.py")
+    out = [
+        "## Tree attention op (`pallas_kernels/tree_attention`)",
+        "",
+        f"- date: {d['date']}; device: {dev.get('kind')} ({dev.get('backend')}, "
+        f"{dev.get('machine')}); jax {d['jax_version']}",
+        f"- command: `{cmd}`",
+        f"- shapes: batch {d['shapes']['batch']}, {d['shapes']['heads']} query heads, "
+        f"{d['shapes']['kv_heads']} kv heads, head dim {d['shapes']['head_dim']} (SmolLM2-135M); "
+        f"median of {d['repeats']} runs after {d['warmup']} warm-up, compile excluded",
+        f"- measured in the same run: copy {d['copy_bandwidth_gbs']:.1f} GB/s, read "
+        f"{d['read_bandwidth_gbs']:.1f} GB/s",
+        "",
+        "| implementation | dtype | nodes | prefix | median ms | achieved GB/s | of read bw |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in d["rows"]:
+        out.append(f"| {r['implementation']} | {r['dtype']} | {r['nodes']} | "
+                   f"{r['prefix_length']} | {r['median_s'] * 1e3:.2f} | {r['achieved_gbs']:.2f} | "
+                   f"{r['fraction_of_read_bandwidth']:.0%} |")
+    out += ["", f"({d.get('note', '')})", ""]
+    return out
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -120,11 +146,15 @@ def main():
     if f.exists():
         lines += decode_section(json.loads(f.read_text()))
     for name, title in (("bench_builtin", "Speculative methods on the built-in prompts"),
+                        ("bench_trees", "Token trees vs chains vs plain decoding (built-in "
+                                        "prompts)"),
                         ("bench_spec_bench", "Spec-Bench questions")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
+    for f in sorted(RES.glob("bench_tree_attention*.json")):
+        lines += kernel_section(json.loads(f.read_text()))
     notes = ROOT / "docs" / "benchmarks_notes.md"
     if notes.exists():
         lines += [notes.read_text().rstrip(), ""]

@@ -2,11 +2,9 @@
 
 import itertools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from flax import nnx
 
 from specjax import drafters
 from specjax.config import tiny_config
@@ -14,28 +12,21 @@ from specjax.drafters.base import DrafterError
 from specjax.drafters.prompt_lookup import ngram_lookup
 from specjax.engine import GenerationError, generate
 from specjax.models.loaders import random_model
-from specjax.policies.fixed import FixedPolicy
 from specjax.sampling import SamplingParams
 from specjax.verify import acceptance_probs, correction_dist, greedy_verify
-
-CFG = tiny_config(vocab_size=64, num_layers=4)
+from spec_helpers import (
+    chi_square_check,
+    check_cache_after_every_budget,
+    make_target,
+    mixed_prompts,
+    sharp_tiny_pair,
+    three_token_law,
+)
 
 
 @pytest.fixture(scope="module")
 def target():
-    return random_model(CFG, seed=21)
-
-
-def mixed_prompts(n, seed=0):
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        length = int(rng.integers(1, 30))
-        p = rng.integers(0, CFG.vocab_size, length).tolist()
-        if i % 2:  # repetitive rows so prompt lookup finds matches
-            p = (p[:4] * 10)[:length + 8]
-        out.append(p)
-    return out
+    return make_target()
 
 
 DRAFTERS = {
@@ -94,46 +85,20 @@ def test_real_acceptance_happens(target):
 # ----------------------------------------------------------------------------- cache invariant
 
 
-@pytest.mark.parametrize("name", ["early_exit", "draft_model", "layer_skip"])
-def test_cache_matches_plain_prefix_after_every_step(target, name):
-    from specjax.speculative import spec_loop_jit, spec_prefill_jit
-
-    d = drafters.make(name, target, **DRAFTERS[name][-1])
-    pol = FixedPolicy(d.max_k)
-    graphdef, params = nnx.split(target)
-    ps = mixed_prompts(3, seed=3)
-    B, P, S = 3, 32, 96
-    toks = np.zeros((B, P), np.int32)
-    for i, p in enumerate(ps):
-        toks[i, :len(p)] = p
-    lens = np.array([len(p) for p in ps], np.int32)
-    for budget in (1, 2, 5, 9):
-        keys = jnp.zeros((B, 2), jnp.uint32)
-        args = dict(graphdef=graphdef, drafter=d, policy=pol, greedy=True, eos_ids=(),
-                    K=d.max_k)
-        st = spec_prefill_jit(params, d.params(), toks, lens, jnp.full((B,), budget), keys,
-                              1.0, 0, 1.0, cache_len=S, **args)
-        st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, **args)
-        seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
-        cl = np.asarray(st.cache.lengths)
-        assert (cl == seq_len - 1).all()
-        # reference: one causal forward over each row's whole sequence (entries before n
-        # do not depend on later tokens)
-        ref = full_cache(target, jnp.asarray(seq[:, :S]))
-        for b in range(B):
-            n = int(cl[b])
-            for layer in range(CFG.num_layers):
-                np.testing.assert_allclose(np.asarray(st.cache.k[layer][b, :n]),
-                                           np.asarray(ref.k[layer][b, :n]), atol=2e-5)
-                np.testing.assert_allclose(np.asarray(st.cache.v[layer][b, :n]),
-                                           np.asarray(ref.v[layer][b, :n]), atol=2e-5)
+CACHE_CASES = [("early_exit", DRAFTERS["early_exit"][-1]),
+               ("draft_model", DRAFTERS["draft_model"][-1]),
+               ("layer_skip", DRAFTERS["layer_skip"][-1]),
+               ("early_exit", dict(k=3, exit_layer=2, tree="dynamic")),
+               ("draft_model", dict(k=2, layers=2, tree="topk"))]
 
 
-@nnx.jit
-def full_cache(model, seq):
-    B, T = seq.shape
-    return model(seq, jnp.broadcast_to(jnp.arange(T)[None], (B, T)),
-                 model.init_cache(B, T)).cache
+@pytest.mark.parametrize("name, kw", CACHE_CASES,
+                         ids=[f"{n}-{kw.get('tree', 'chain')}" for n, kw in CACHE_CASES])
+def test_cache_matches_plain_prefix_after_every_step(target, name, kw):
+    """After generation stops at any budget, every row's committed target cache equals the
+    cache plain decoding builds (chains commit a prefix, trees gather the accepted path)."""
+    budgets = (1, 2, 5, 9) if "tree" not in kw else (2, 7)
+    check_cache_after_every_budget(target, drafters.make(name, target, **kw), budgets)
 
 
 # ----------------------------------------------------------------------------- verify rules
@@ -198,44 +163,27 @@ def test_lossless_by_exact_enumeration(deterministic):
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-def test_sampled_sequences_match_target_distribution():
-    """Chi-square of the first two sampled tokens (spec vs the exact target distribution)."""
-    cfg = tiny_config(vocab_size=8, num_layers=2, hidden_size=32, intermediate_size=64,
-                      num_heads=2, num_kv_heads=1)
-    from specjax.models.weights import model_from_tensors, model_to_tensors
+SAMPLING_CASES = [dict(k=3), dict(k=2, tree="fixed:0,1,2,0.0,1.0"),
+                  dict(k=2, tree="levels:2.2", sibling="iid"), dict(k=2, tree="topk")]
 
-    t = model_to_tensors(random_model(cfg, seed=5))
-    t = {k: v * (8.0 if "embed" in k or "lm_head" in k else 1.0) for k, v in t.items()}
-    target = model_from_tensors(cfg, t, source="test")  # sharper distributions
-    draft = random_model(cfg, seed=6)
+
+@pytest.mark.parametrize("kw", SAMPLING_CASES, ids=[kw.get("tree", "chain") + "-" +
+                                                    kw.get("sibling", "wor")
+                                                    for kw in SAMPLING_CASES])
+def test_sampled_sequences_match_target_distribution(kw):
+    """Chi-square of the first three sampled tokens (spec vs the exact target law): a chain,
+    a fixed tree with siblings drawn without replacement, one with independent siblings
+    (SpecInfer) and a top-k tree (deterministic candidates)."""
+    target, draft = sharp_tiny_pair()
     prompt = [1, 2, 3]
-    # exact joint of the first three tokens: p(x1) p(x2|x1) p(x3|x1,x2), 512 cells
-    grid = np.array(list(itertools.product(range(8), repeat=3)))
-    seqs = jnp.asarray(np.concatenate([np.tile(prompt, (512, 1)), grid], axis=1))
-    o = target(seqs, jnp.broadcast_to(jnp.arange(6)[None], (512, 6)), target.init_cache(512, 6))
-    pr = np.asarray(jax.nn.softmax(o.logits, axis=-1), np.float64)
-    want = pr[:, 2, :][np.arange(512), grid[:, 0]] * pr[np.arange(512), 3, grid[:, 1]] * \
-        pr[np.arange(512), 4, grid[:, 2]]
-    assert abs(want.sum() - 1) < 1e-5
-    n = 12000
-    d = drafters.make("draft_model", target, k=3, draft_model=draft)
+    want = three_token_law(target, prompt)
+    n = 12000 if "tree" not in kw else 8000
+    d = drafters.make("draft_model", target, draft_model=draft, **kw)
     # 3 new tokens: the first comes from the prefill, the next two from one speculative step
     res = generate(target, [prompt] * n, max_new_tokens=3, batch_size=n, drafter=d,
-                   sampling=SamplingParams(temperature=1.0, seed=3))
+                   sampling=SamplingParams(temperature=1.0, seed=3 if "tree" not in kw else 11))
     assert sum(res.extra["accepted"]) > 0.1 * n  # the spec path really accepted drafts
-    counts = np.bincount([a * 64 + b * 8 + c for a, b, c in res.tokens], minlength=512)
-    exp = want * n
-    big = exp >= 5
-    obs_b, exp_b = counts[big], exp[big]
-    if (~big).any():
-        obs_b = np.append(obs_b, counts[~big].sum())
-        exp_b = np.append(exp_b, exp[~big].sum())
-    chi2 = float(((obs_b - exp_b) ** 2 / exp_b).sum())
-    dof = len(obs_b) - 1
-    # threshold: the 99.9% quantile of chi-square(dof) via Wilson-Hilferty
-    z = 3.09
-    crit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
-    assert chi2 < crit, (chi2, crit, dof)
+    chi_square_check(res.tokens, want)
 
 
 def test_sampling_with_prompt_lookup_is_seeded(target):

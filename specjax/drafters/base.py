@@ -274,7 +274,6 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
     Returns ``(DraftTree, cache)``.
     """
     B = root_logits.shape[0]
-    D = spec.depth
     plan, n_slots = _level_plan(spec)
     n = cache.lengths
     stochastic = (not greedy) and spec.kind == "fixed"

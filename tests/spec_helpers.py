@@ -1,0 +1,114 @@
+"""Shared pieces of the speculative-decoding tests: the tiny target, prompts, the exact law of
+three sampled tokens with a chi-square check, and the cache invariant."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from specjax.config import tiny_config
+from specjax.models.loaders import random_model
+
+CFG = tiny_config(vocab_size=64, num_layers=4)
+
+
+def make_target():
+    return random_model(CFG, seed=21)
+
+
+def mixed_prompts(n, seed=0):
+    """Prompts of 1..29 tokens; every other one repetitive so prompt lookup finds matches."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        length = int(rng.integers(1, 30))
+        p = rng.integers(0, CFG.vocab_size, length).tolist()
+        if i % 2:
+            p = (p[:4] * 10)[:length + 8]
+        out.append(p)
+    return out
+
+
+def sharp_tiny_pair():
+    """(target, draft): 8-token vocabulary; the target's logits scaled up for sharper laws."""
+    cfg = tiny_config(vocab_size=8, num_layers=2, hidden_size=32, intermediate_size=64,
+                      num_heads=2, num_kv_heads=1)
+    from specjax.models.weights import model_from_tensors, model_to_tensors
+
+    t = model_to_tensors(random_model(cfg, seed=5))
+    t = {k: v * (8.0 if "embed" in k or "lm_head" in k else 1.0) for k, v in t.items()}
+    return model_from_tensors(cfg, t, source="test"), random_model(cfg, seed=6)
+
+
+def three_token_law(target, prompt):
+    """Exact p(x1) p(x2|x1) p(x3|x1,x2) over the 512 cells of an 8-token vocabulary."""
+    grid = np.array(list(itertools.product(range(8), repeat=3)))
+    P = len(prompt)
+    seqs = jnp.asarray(np.concatenate([np.tile(prompt, (512, 1)), grid], axis=1))
+    T = P + 3
+    o = target(seqs, jnp.broadcast_to(jnp.arange(T)[None], (512, T)), target.init_cache(512, T))
+    pr = np.asarray(jax.nn.softmax(o.logits, axis=-1), np.float64)
+    r = np.arange(512)
+    want = pr[:, P - 1, :][r, grid[:, 0]] * pr[r, P, grid[:, 1]] * pr[r, P + 1, grid[:, 2]]
+    assert abs(want.sum() - 1) < 1e-5
+    return want
+
+
+def chi_square_check(tokens, want):
+    """Chi-square of sampled 3-token prefixes against ``want`` (cells with expected count < 5
+    pooled); fails above the 99.9% quantile of chi-square(dof) (Wilson-Hilferty)."""
+    n = len(tokens)
+    counts = np.bincount([a * 64 + b * 8 + c for a, b, c in tokens], minlength=512)
+    exp = want * n
+    big = exp >= 5
+    obs_b, exp_b = counts[big], exp[big]
+    if (~big).any():
+        obs_b = np.append(obs_b, counts[~big].sum())
+        exp_b = np.append(exp_b, exp[~big].sum())
+    chi2 = float(((obs_b - exp_b) ** 2 / exp_b).sum())
+    dof = len(obs_b) - 1
+    z = 3.09
+    crit = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
+    assert chi2 < crit, (chi2, crit, dof)
+
+
+@nnx.jit
+def full_cache(model, seq):
+    B, T = seq.shape
+    return model(seq, jnp.broadcast_to(jnp.arange(T)[None], (B, T)),
+                 model.init_cache(B, T)).cache
+
+
+def check_cache_after_every_budget(target, d, budgets, seed=3):
+    """Runs the speculative loop for each budget and checks every row's committed cache
+    against one causal forward over the row's whole sequence (entries before ``n`` do not
+    depend on later tokens)."""
+    from specjax.policies.fixed import FixedPolicy
+    from specjax.speculative import spec_loop_jit, spec_prefill_jit
+
+    pol = FixedPolicy(d.max_k)
+    graphdef, params = nnx.split(target)
+    ps = mixed_prompts(3, seed=seed)
+    B, P, S = 3, 32, 96
+    toks = np.zeros((B, P), np.int32)
+    for i, p in enumerate(ps):
+        toks[i, :len(p)] = p
+    lens = np.array([len(p) for p in ps], np.int32)
+    args = dict(graphdef=graphdef, drafter=d, policy=pol, greedy=True, eos_ids=(), K=d.max_k)
+    for budget in budgets:
+        st = spec_prefill_jit(params, d.params(), toks, lens, jnp.full((B,), budget),
+                              jnp.zeros((B, 2), jnp.uint32), 1.0, 0, 1.0, cache_len=S, **args)
+        st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, **args)
+        seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
+        cl = np.asarray(st.cache.lengths)
+        assert (cl == seq_len - 1).all()
+        ref = full_cache(target, jnp.asarray(seq[:, :S]))
+        for b in range(B):
+            n = int(cl[b])
+            for layer in range(CFG.num_layers):
+                np.testing.assert_allclose(np.asarray(st.cache.k[layer][b, :n]),
+                                           np.asarray(ref.k[layer][b, :n]), atol=2e-5)
+                np.testing.assert_allclose(np.asarray(st.cache.v[layer][b, :n]),
+                                           np.asarray(ref.v[layer][b, :n]), atol=2e-5)
