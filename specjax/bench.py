@@ -380,7 +380,10 @@ def plot(summary: dict, path: str):
         if r and r.get("acceptance_by_position"):
             ys = [v if v is not None else float("nan") for v in r["acceptance_by_position"]]
             ax.plot(range(1, len(ys) + 1), ys, marker="o", label=m)
-    ax.set_xlabel("draft position")
+    ax.set_xlabel("draft position (tree depth)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("acceptance rate (given drafted)")
     ax.set_ylim(0, 1.02)
     ax.set_title("Acceptance by draft position (all categories)")
