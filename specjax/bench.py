@@ -167,7 +167,8 @@ def dense_hf_model(lm):
 def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_tokens: int,
               batch_size: int, temperature: float, repeats: int, peer: str | None = None,
               seed: int = 0, progress: Callable | None = None,
-              batch_sizes: list[int] | None = None) -> dict[str, Any]:
+              batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
+              time_limit_s: float | None = None) -> dict[str, Any]:
     """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
 
     Per-category rows use batches of ``batch_size`` prompts of one category. With
@@ -203,7 +204,6 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     sweep_runs: list[Run] = []
     compile_s = defaultdict(float)
     sweep_compile_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-
     def one(m: str, cat: str, rep: int, idx: list[int], B: int, compile_to) -> Run:
         prompts = [encoded[i] for i in idx]
         ids = [items[i]["id"] for i in idx]
@@ -223,25 +223,142 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
             r.tokens, B)
 
-    for rep in range(repeats):
-        for cat, idx in batches:
-            for m in all_methods:  # interleaved
-                runs.append(one(m, cat, rep, idx, batch_size, compile_s))
-                if progress:
-                    progress(1)
-        for B, bidx in sweep.items():
-            for idx in bidx:
-                for m in methods:  # interleaved
-                    sweep_runs.append(one(m, "ALL", rep, idx, B, sweep_compile_s[B]))
-                    if progress:
-                        progress(1)
+    groups = plan_groups(batches, sweep, repeats, items, batch_size)
+    done: set[str] = set()
+    if journal is not None:  # the resolved configs (defaults included) must match too
+        journal.header["configs"] = {m: describe(*built[m]) for m in methods}
+        for rec in journal.load():
+            done.add(rec["group"])
+            for rd in rec["runs"]:
+                r = Run(**rd)
+                (sweep_runs if rec["sweep"] else runs).append(r)
+            for m, sec in rec["compile"].items():
+                if rec["sweep"]:
+                    sweep_compile_s[rec["batch_size"]][m] += sec
+                else:
+                    compile_s[m] += sec
+    todo = [g for g in groups if g["key"] not in done]
+    if progress and len(todo) < len(groups):
+        n_skip = sum(len(all_methods if not g["sweep"] else methods)
+                     for g in groups if g["key"] in done)
+        progress(n_skip)
+    t_start = time.perf_counter()
+    stopped = False
+    ran = 0
+    for g in todo:
+        if (time_limit_s is not None and ran > 0
+                and time.perf_counter() - t_start > time_limit_s):  # at least one batch runs
+            stopped = True
+            break
+        ms = methods if g["sweep"] else all_methods
+        target_compile = defaultdict(float)
+        group_runs = []
+        for m in ms:  # interleaved
+            group_runs.append(one(m, g["category"], g["repeat"], g["idx"], g["batch_size"],
+                                  target_compile))
+            if progress:
+                progress(1)
+        (sweep_runs if g["sweep"] else runs).extend(group_runs)
+        into = sweep_compile_s[g["batch_size"]] if g["sweep"] else compile_s
+        for m, sec in target_compile.items():
+            into[m] += sec
+        if journal is not None:
+            journal.append({"group": g["key"], "sweep": g["sweep"],
+                            "batch_size": g["batch_size"],
+                            "runs": [dataclasses.asdict(r) for r in group_runs],
+                            "compile": dict(target_compile)})
+        ran += 1
     greedy = temperature == 0.0
     summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
     if batch_sizes:
         summary["by_batch_size"] = summarize_batch_sizes(
             runs, sweep_runs, methods, sorted(set(batch_sizes)), batch_size, compile_s,
             sweep_compile_s, built, greedy)
+    n_done = len(groups) - len(todo) + ran
+    summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
+                           "complete": n_done == len(groups), "stopped_by_time_limit": stopped}
     return summary
+
+
+def group_key(sweep: bool, repeat: int, category: str, ids: list, batch_size: int) -> str:
+    return json.dumps([("sweep" if sweep else "cat"), repeat, category, batch_size,
+                       [str(i) for i in ids]])
+
+
+def plan_groups(batches, sweep, repeats: int, items, batch_size: int) -> list[dict]:
+    """The order of work: for each repeat, one batch of every category in turn (round robin,
+    so a run stopped early has sampled every category alike), then the batch-size sweep.
+    Every method runs on a group back to back (interleaved)."""
+    per_cat: dict[str, list[list[int]]] = defaultdict(list)
+    for cat, idx in batches:
+        per_cat[cat].append(idx)
+    order = []
+    for j in range(max((len(v) for v in per_cat.values()), default=0)):
+        for cat, bl in per_cat.items():
+            if j < len(bl):
+                order.append((cat, bl[j]))
+    groups = []
+    for rep in range(repeats):
+        for cat, idx in order:
+            ids = [items[i]["id"] for i in idx]
+            groups.append({"key": group_key(False, rep, cat, ids, batch_size),
+                           "sweep": False, "repeat": rep, "category": cat, "idx": idx,
+                           "batch_size": batch_size})
+        for B, bidx in sweep.items():
+            for idx in bidx:
+                ids = [items[i]["id"] for i in idx]
+                groups.append({"key": group_key(True, rep, "ALL", ids, B), "sweep": True,
+                               "repeat": rep, "category": "ALL", "idx": idx, "batch_size": B})
+    return groups
+
+
+class Journal:
+    """An append-only JSONL record of finished groups, so a long benchmark can stop (time
+    limit, Ctrl-C, end of a session) and continue later where it left off.
+
+    Line 1 is a header with everything that must match for the runs to be comparable (model,
+    methods and their arguments, prompts, budgets); each further line is one finished group
+    (every method's runs on one batch of prompts). A line cut short by a crash is ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike, header: dict):
+        self.path = Path(path)
+        self.header = header
+
+    def load(self) -> list[dict]:
+        self.header = json.loads(json.dumps(self.header))  # tuples -> lists, as read back
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "w") as f:
+                f.write(json.dumps({"header": self.header}) + "\n")
+            return []
+        lines = self.path.read_text().splitlines()
+        try:
+            old = json.loads(lines[0])["header"]
+        except (ValueError, KeyError, IndexError):
+            raise BenchError(f"{self.path}: not a specjax bench journal (line 1 is not a "
+                             "header)") from None
+        diff = sorted(k for k in set(old) | set(self.header) if old.get(k) != self.header.get(k))
+        if diff:
+            detail = "; ".join(f"{k}: journal {old.get(k)!r}, now {self.header.get(k)!r}"
+                               for k in diff)
+            raise BenchError(f"{self.path} was written by a different benchmark ({detail}); "
+                             "use a new --journal file or the same settings")
+        out = []
+        for n, line in enumerate(lines[1:], start=2):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                if n == len(lines):  # the last line, cut short by a crash: redo that group
+                    break
+                raise BenchError(f"{self.path}:{n}: malformed journal line") from None
+        return out
+
+    def append(self, record: dict):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
 
 def sweep_batches(n: int, batch_sizes: list[int], batch_size: int) -> dict[int, list[list[int]]]:
@@ -484,12 +601,31 @@ def main_bench(args, argv) -> int:
     n_methods = n_ours + (2 if args.peer == "hf" else 0)
     n_sweep = sum(len(b) for b in sweep_batches(len(items), batch_sizes, args.batch_size
                                                 ).values())
+    journal = None
+    if args.journal:
+        journal = Journal(args.journal, {
+            "model": args.model, "methods": methods, "method_args": margs,
+            "prompts": args.prompts, "categories": cats, "limit": args.limit,
+            "n_prompts": len(items), "prompts_sha1": prompts_digest(items),
+            "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+            "batch_sizes": batch_sizes, "temperature": args.temperature,
+            "repeats": args.repeats, "peer": args.peer, "dtype": getattr(args, "dtype", None)})
+    if args.time_limit is not None and args.time_limit <= 0:
+        raise BenchError(f"--time-limit must be > 0 minutes, got {args.time_limit}")
     with tqdm(total=args.repeats * (n_batches * n_methods + n_sweep * n_ours), desc="bench",
               unit="run", file=sys.stderr) as bar:
         summary = run_bench(lm, items, methods, margs, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, temperature=args.temperature,
                             repeats=args.repeats, peer=args.peer, progress=bar.update,
-                            batch_sizes=batch_sizes)
+                            batch_sizes=batch_sizes, journal=journal,
+                            time_limit_s=None if args.time_limit is None
+                            else 60.0 * args.time_limit)
+    prog = summary["progress"]
+    if not prog["complete"]:
+        print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
+              "prompt batches done (each category sampled alike)"
+              + (f"; run the same command again to continue from {args.journal}"
+                 if args.journal else ""), file=sys.stderr)
     summary.update(environment(argv))
     summary.update({"model": args.model, "max_new_tokens": args.max_new_tokens,
                     "batch_size": args.batch_size, "batch_sizes": batch_sizes,
@@ -502,6 +638,15 @@ def main_bench(args, argv) -> int:
     if args.plot:
         plot(summary, args.plot)
     return 0
+
+
+def prompts_digest(items: list[dict]) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for it in items:
+        h.update(json.dumps([str(it["id"]), it["category"], it["prompt"]]).encode())
+    return h.hexdigest()
 
 
 def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,

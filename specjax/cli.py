@@ -275,6 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run Hugging Face transformers on the same weights")
     b.add_argument("--output", help="results JSON")
     b.add_argument("--plot", help="results PNG (speedup by category, acceptance by position)")
+    b.add_argument("--journal", metavar="FILE.jsonl",
+                   help="record each finished prompt batch here and skip those already "
+                   "recorded: a long run can stop and continue later (same settings)")
+    b.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                   help="stop starting new prompt batches after this long; the summary covers "
+                   "what finished (categories are sampled round robin, so alike)")
     b.add_argument("--verify-curve", action="store_true",
                    help="instead: time one target forward over k tokens vs k = 1")
     b.add_argument("--curve-ks", default="1,2,4,8,16,32,64")

@@ -185,3 +185,54 @@ def test_bench_batch_sizes(tmp_path, tiny_gguf, prompts_file, monkeypatch):
     assert img.shape[1] > 2000  # three panels (two panels are 1430 pixels wide)
     assert main(["bench", "--model", str(tiny_gguf), "--batch-sizes", "0",
                  "--prompts", str(prompts_file)]) == 2
+
+
+def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys):
+    """A run stopped by --time-limit keeps its finished batches in the journal; the same
+    command continues with the rest only, and the final result covers every prompt. A
+    journal from other settings, or a line cut short by a crash, is handled with care."""
+    import specjax.engine
+
+    journal = tmp_path / "j.jsonl"
+    calls = []
+    real = specjax.engine.generate
+
+    def counting(model, prompts, **kw):
+        calls.append(len(prompts))
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(specjax.engine, "generate", counting)
+    # a limit that has passed by the second batch: exactly one batch runs
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file,
+                       extra=["--journal", str(journal), "--time-limit", "1e-9"])
+    assert res["progress"] == {"groups_done": 1, "groups_total": 6, "complete": False,
+                               "stopped_by_time_limit": True}
+    assert "partial result: 1 of 6" in capsys.readouterr().err
+    assert len(calls) == 3  # ar, prompt_lookup, early_exit on one batch
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 2 and "header" in json.loads(lines[0])
+    # round robin over categories: the second batch is the other category
+    first = json.loads(lines[1])
+    calls.clear()
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
+    assert res["progress"]["complete"] and len(calls) == 3 * 5
+    rows = {(r["method"], r["category"]): r for r in res["rows"]}
+    assert rows[("ar", "ALL")]["prompts"] == 3 and rows[("prompt_lookup", "ALL")]["prompts"] == 3
+    assert all(r["identical_to_ar"] for r in res["rows"])
+    lines = journal.read_text().splitlines()
+    assert len(lines) == 7 and json.loads(lines[1]) == first
+    # nothing left to do: no generation at all
+    calls.clear()
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
+    assert calls == [] and res["progress"]["complete"]
+    # a crash mid-write leaves a partial last line: that group is redone, nothing else
+    journal.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
+    assert len(calls) == 3 and res["progress"]["complete"]
+    # other settings: a clear error naming what differs
+    rc = main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup,early_exit",
+               "--method-arg", "prompt_lookup.k=4", "--method-arg", "early_exit.exit_layer=1",
+               "--prompts", str(prompts_file), "--max-new-tokens", "9", "--repeats", "2",
+               "--journal", str(journal)])
+    assert rc == 2
+    assert "max_new_tokens: journal 12, now 9" in capsys.readouterr().err
