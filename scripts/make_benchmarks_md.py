@@ -63,6 +63,13 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         f"- {d['n_prompts']} prompts, batch {d['batch_size']}, temperature {d['temperature']}, "
         f"{d['max_new_tokens']} new tokens max, {d['repeats']} repeats (tokens/s = median over "
         "repeats of total tokens / total wall time; speedup against `ar` of the same run)",
+    ]
+    prog = d.get("progress")
+    if prog and not prog.get("complete", True):
+        out.append(f"- **partial run**: {prog['groups_done']} of {prog['groups_total']} prompt "
+                   "batches so far (taken round robin over categories; the run continues from "
+                   "its `--journal` in later sessions)")
+    out += [
         "",
         "| category | method | tok/s | min-max | speedup | tau | acceptance by position | "
         "same as ar |",
@@ -148,7 +155,10 @@ def main():
     for name, title in (("bench_builtin", "Speculative methods on the built-in prompts"),
                         ("bench_trees", "Token trees vs chains vs plain decoding (built-in "
                                         "prompts)"),
-                        ("bench_spec_bench", "Spec-Bench questions")):
+                        ("bench_spec_bench_full", "Spec-Bench, all 480 questions, every "
+                                                  "method, 128 tokens"),
+                        ("bench_spec_bench", "Spec-Bench subset (10 questions per category, "
+                                             "64 tokens)")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None

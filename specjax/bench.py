@@ -246,8 +246,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     stopped = False
     ran = 0
     for g in todo:
-        if (time_limit_s is not None and ran > 0
-                and time.perf_counter() - t_start > time_limit_s):  # at least one batch runs
+        if time_limit_s is not None and (time_limit_s == 0 or (
+                ran > 0 and time.perf_counter() - t_start > time_limit_s)):
+            # a positive limit still runs one batch; 0 runs none (report a journal)
             stopped = True
             break
         ms = methods if g["sweep"] else all_methods
@@ -610,8 +611,10 @@ def main_bench(args, argv) -> int:
             "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
             "batch_sizes": batch_sizes, "temperature": args.temperature,
             "repeats": args.repeats, "peer": args.peer, "dtype": getattr(args, "dtype", None)})
-    if args.time_limit is not None and args.time_limit <= 0:
-        raise BenchError(f"--time-limit must be > 0 minutes, got {args.time_limit}")
+    if args.time_limit is not None and args.time_limit < 0:
+        raise BenchError(f"--time-limit must be >= 0 minutes, got {args.time_limit}")
+    if args.time_limit == 0 and not args.journal:
+        raise BenchError("--time-limit 0 runs nothing: it reports what a --journal holds")
     with tqdm(total=args.repeats * (n_batches * n_methods + n_sweep * n_ours), desc="bench",
               unit="run", file=sys.stderr) as bar:
         summary = run_bench(lm, items, methods, margs, max_new_tokens=args.max_new_tokens,

@@ -61,6 +61,13 @@ class KVCache:
     def with_lengths(self, lengths: jax.Array) -> "KVCache":
         return dataclasses.replace(self, lengths=jnp.asarray(lengths, jnp.int32))
 
+    def write(self, k: tuple, v: tuple, offsets: jax.Array) -> "KVCache":
+        """Writes per-layer blocks ``k[i], v[i]: [B, T, KVH, Dh]`` at ``offsets[b] + [0, T)``
+        (``None`` leaves a layer as it is); writes past the end are dropped. Lengths stay."""
+        ks = tuple(a if n is None else write_block(a, n, offsets) for a, n in zip(self.k, k))
+        vs = tuple(a if n is None else write_block(a, n, offsets) for a, n in zip(self.v, v))
+        return KVCache(k=ks, v=vs, lengths=self.lengths)
+
     def commit_path(self, path: jax.Array, n: jax.Array) -> "KVCache":
         """Gathers entries of a verified block into contiguous committed slots.
 

@@ -280,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "recorded: a long run can stop and continue later (same settings)")
     b.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
                    help="stop starting new prompt batches after this long; the summary covers "
-                   "what finished (categories are sampled round robin, so alike)")
+                   "what finished (categories are sampled round robin, so alike); 0 with "
+                   "--journal: run nothing, report the journal")
     b.add_argument("--verify-curve", action="store_true",
                    help="instead: time one target forward over k tokens vs k = 1")
     b.add_argument("--curve-ks", default="1,2,4,8,16,32,64")

@@ -106,7 +106,7 @@ def prefill(model: Llama, tokens, lengths, cache_len: int, max_out: int, max_new
     B, P = tokens.shape
     cache = model.init_cache(B, cache_len)
     positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
-    out = model(tokens, positions, cache, logits_index=(lengths - 1)[:, None])
+    out = model(tokens, positions, cache, logits_index=(lengths - 1)[:, None], prefix_empty=True)
     cache = out.cache.with_lengths(lengths)
     first = _choose(out.logits[:, 0], keys, jnp.zeros((B,), jnp.int32), greedy, temperature,
                     top_k, top_p)

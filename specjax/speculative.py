@@ -95,7 +95,8 @@ def spec_prefill(target, drafter, dparams, policy, tokens, lengths, max_new, key
     B, P = tokens.shape
     cache = target.init_cache(B, cache_len)
     positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
-    out = target(tokens, positions, cache, logits_index=(lengths - 1)[:, None])
+    out = target(tokens, positions, cache, logits_index=(lengths - 1)[:, None],
+                 prefix_empty=True)
     cache = out.cache.with_lengths(lengths)
     logits = out.logits[:, 0]
     if greedy:
@@ -171,18 +172,24 @@ def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temper
         def make_branch(T):
             def run(cache):
                 am = None if mask is None else mask[:, :T, :T]
-                o = target(block[:, :T], pos[:, :T], cache, attn_mask=am)
+                # the cache is only read in here: writing it inside lax.switch would make
+                # XLA copy every layer's cache in and out of the branch on every step
+                o = target(block[:, :T], pos[:, :T], cache, attn_mask=am,
+                           defer_cache_write=True)
                 if greedy:
                     a = jnp.argmax(o.logits, axis=-1).astype(jnp.int32)
                     res = jnp.zeros((B, N + 1), jnp.int32).at[:, :T].set(a)
                 else:
                     p = jnp.exp(process_logits(o.logits, temperature, top_k, top_p))
                     res = jnp.zeros((B, N + 1, p.shape[-1]), jnp.float32).at[:, :T].set(p)
-                return res, o.cache
+                pad = ((0, 0), (0, N + 1 - T), (0, 0), (0, 0))
+                nk, nv = (tuple(jnp.pad(a, pad) for a in kv) for kv in o.new_kv)
+                return res, nk, nv
 
             return run
 
-        vout, cache = jax.lax.switch(branch, [make_branch(T) for T in buckets], cache)
+        vout, new_k, new_v = jax.lax.switch(branch, [make_branch(T) for T in buckets], cache)
+        cache = cache.write(new_k, new_v, cache.lengths)  # padding lands in scratch
         vkeys = jax.vmap(lambda k: jax.random.key_data(
             jax.random.fold_in(jax.random.wrap_key_data(k), 7)))(step_keys)
         if chain:

@@ -225,6 +225,13 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
     calls.clear()
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
     assert calls == [] and res["progress"]["complete"]
+    # --time-limit 0 reports a journal without running anything
+    part = tmp_path / "part.jsonl"
+    part.write_text("\n".join(lines[:3]) + "\n")
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file,
+                       extra=["--journal", str(part), "--time-limit", "0"])
+    assert calls == [] and res["progress"]["groups_done"] == 2
+    assert {r["category"] for r in res["rows"]} == {"qa", "code", "ALL"}
     # a crash mid-write leaves a partial last line: that group is redone, nothing else
     journal.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])

@@ -126,6 +126,31 @@ def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: i
     The first call feeds ``first_tokens`` (ending with the pending token); each later call
     feeds the previous draft token.
     """
+    if skip_if_zero and first_tokens.shape[1] == 1:
+        # one loop from the pending token on: kmax == 0 runs nothing, and no lax.cond (which
+        # would copy a cache it updates on every step) is needed
+        B = first_tokens.shape[0]
+        base = first_pos[:, 0]
+        tokens = jnp.zeros((B, K), jnp.int32)
+        q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32)
+
+        def body0(c):
+            i, cache, tokens, q = c
+            prev = jax.lax.dynamic_index_in_dim(tokens, jnp.maximum(i - 1, 0), axis=1,
+                                                keepdims=False)
+            prev = jnp.where(i == 0, first_tokens[:, 0], prev)
+            pos = base + i
+            logits, cache = step_fn(prev[:, None], pos[:, None], cache.with_lengths(pos))
+            tok, qi = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
+                                 ctx.top_p)
+            tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
+            if q is not None:
+                q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
+            return i + 1, cache, tokens, q
+
+        _, cache, tokens, q = jax.lax.while_loop(lambda c: c[0] < kmax, body0,
+                                                 (jnp.int32(0), cache, tokens, q))
+        return tokens, q, cache
     if skip_if_zero:
         B = first_tokens.shape[0]
         empty = (jnp.zeros((B, K), jnp.int32),

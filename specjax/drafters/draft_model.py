@@ -51,7 +51,8 @@ class DraftModelDrafter:
         B, P = prompt_tokens.shape
         cache = m.init_cache(B, cache_len)
         pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
-        out = m(prompt_tokens, pos, cache, compute_logits=False)
+        out = m(prompt_tokens, pos, cache, compute_logits=False,
+                prefix_empty=True)
         return out.cache.with_lengths(prompt_lens)
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy):

@@ -43,12 +43,16 @@ class ForwardOutput:
       hidden: tuple aligned with the ``hidden_layers`` argument, each ``[B, T, D]``: the
         residual stream after that block (``-1`` or ``num_layers - 1``: the last block).
       final_hidden: ``[B, T, D]`` the normed hidden state fed to the LM head.
+      new_kv: with ``defer_cache_write=True``: ``(k, v)``, tuples over layers of the new
+        block's keys/values ``[B, T, KVH, Dh]`` (``None`` for a skipped attention), for the
+        caller to write with :meth:`KVCache.write`; otherwise ``None``.
     """
 
     logits: Array
     cache: KVCache
     hidden: tuple[Array, ...]
     final_hidden: Array
+    new_kv: tuple | None = None  # (k, v) per layer [B, T, KVH, Dh] when the write is deferred
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> jnp.ndarray:
@@ -96,26 +100,6 @@ def linear(x: Array, w: Array, dtype) -> Array:
     return y.T.reshape(*lead, w.shape[0])
 
 
-def build_mask(lengths: Array, T: int, S: int, attn_mask: Array | None) -> Array:
-    """Boolean ``[B, T, S]`` visibility over cache slots (see module docstring).
-
-    ``attn_mask`` is ``[B, T, W]`` over the scratch window ``lengths + [0, W)`` (``W = T`` for
-    a block written at the start of the scratch); None means causal over the block.
-    """
-    j = jnp.arange(S, dtype=jnp.int32)[None, None, :]
-    L = lengths.astype(jnp.int32)[:, None, None]
-    rel = j - L  # scratch-relative index of slot j
-    if attn_mask is None:
-        i = jnp.arange(T, dtype=jnp.int32)[None, :, None]
-        visible = (rel >= 0) & (rel <= i)
-    else:
-        B, _, W = attn_mask.shape
-        idx = jnp.broadcast_to(jnp.clip(rel, 0, W - 1), (B, T, S))
-        allowed = jnp.take_along_axis(attn_mask.astype(bool), idx, axis=2)
-        visible = (rel >= 0) & (rel < W) & allowed
-    return (j < L) | visible
-
-
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs, param_dtype=jnp.float32):
         d, h, kvh, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -129,7 +113,12 @@ class Attention(nnx.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
 
     def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype,
-                 write_offset: int = 0, impl: str = "dense"):
+                 write_offset: int = 0, impl: str = "dense", write: bool = True,
+                 prefix_empty: bool = False):
+        """``mask``: ``bool[B, T, W]`` over the scratch window ``lengths + [0, W)``; the
+        committed prefix ``< lengths`` is always visible. ``write=False`` leaves the cache
+        as it is (the caller writes the returned ``k, v``; needs ``write_offset == 0``).
+        ``prefix_empty`` (static): every row's prefix is empty (prefill), skip that part."""
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
         qkv = linear(x, self.wqkv[...], dtype)
@@ -139,36 +128,63 @@ class Attention(nnx.Module):
         q = apply_rope(q.reshape(B, T, h, hd), positions, inv_freq)
         k = apply_rope(k.reshape(B, T, kvh, hd), positions, inv_freq)
         v = v.reshape(B, T, kvh, hd)
-        k_cache = write_block(k_cache, k, lengths + write_offset)
-        v_cache = write_block(v_cache, v, lengths + write_offset)
+        if write:
+            k_cache = write_block(k_cache, k, lengths + write_offset)
+            v_cache = write_block(v_cache, v, lengths + write_offset)
+        W = mask.shape[2]
+        if write_offset == 0 and W == T:  # the window is the new block itself
+            k_win, v_win = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
+        else:  # levels written earlier sit in the scratch window of the cache
+            win = jnp.minimum(lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
+                              k_cache.shape[1] - 1)[:, :, None, None]
+            k_win = jnp.take_along_axis(k_cache, win, axis=1)
+            v_win = jnp.take_along_axis(v_cache, win, axis=1)
         if impl != "dense":  # prefix + scratch window, merged by log-sum-exp (kernel op)
             from specjax.pallas_kernels.tree_attention import tree_attention
 
-            W = mask.shape[2]
-            win = jnp.minimum(lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
-                              k_cache.shape[1] - 1)[:, :, None, None]
-            out = tree_attention(q, k_cache, v_cache, lengths,
-                                 jnp.take_along_axis(k_cache, win, axis=1),
-                                 jnp.take_along_axis(v_cache, win, axis=1), mask,
+            out = tree_attention(q, k_cache, v_cache, lengths, k_win, v_win, mask,
                                  implementation=impl)
-            out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype)
-            return out, k_cache, v_cache
-        g = h // kvh
-        qg = q.reshape(B, T, kvh, g, hd)
-        scores = jnp.einsum(
-            "btkgd,bskd->bkgts", qg, k_cache.astype(dtype), preferred_element_type=jnp.float32
-        ) * (1.0 / math.sqrt(hd))
-        scores = jnp.where(mask[:, None, None, :, :], scores, -jnp.inf)
-        probs = jax.nn.softmax(scores, axis=-1)
-        # rows with no visible key (never produced by the engine) give 0 instead of NaN
-        probs = jnp.where(mask[:, None, None, :, :], probs, 0.0)
-        # slots no query may read hold scratch (possibly non-finite): 0 * NaN would leak
-        seen = jnp.any(mask, axis=1)[:, :, None, None]  # [B, S, 1, 1]
-        v_read = jnp.where(seen, v_cache.astype(dtype), 0)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs.astype(dtype), v_read,
-                         preferred_element_type=dtype)
-        out = linear(out.reshape(B, T, h * hd), self.wo[...], dtype)
-        return out, k_cache, v_cache
+        else:
+            out = split_attention(q.reshape(B, T, kvh, h // kvh, hd), k_cache, v_cache,
+                                  lengths, k_win, v_win, mask, dtype, prefix_empty)
+        out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype)
+        return out, k_cache, v_cache, k, v
+
+
+def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
+                    prefix_empty: bool = False):
+    """Softmax attention over the committed prefix (``cache[:, :lengths]``) and a window of
+    new entries (``k_win, v_win: [B, W, KVH, Dh]`` under ``mask: [B, T, W]``), as one softmax
+    with a common max. The cache is only read, so a verify forward can leave writing it to
+    its caller (no cache copy through ``lax.switch``). Returns ``[B, T, KVH, G, Dh]``."""
+    B, T, kvh, g, hd = qg.shape
+    S = k_cache.shape[1]
+    scale = 1.0 / math.sqrt(hd)
+    neg = jnp.float32(-jnp.inf)
+    s2 = jnp.einsum("btkgd,bwkd->bkgtw", qg, k_win.astype(dtype),
+                    preferred_element_type=jnp.float32) * scale
+    s2 = jnp.where(mask[:, None, None, :, :], s2, neg)
+    m = jnp.max(s2, axis=-1)
+    if not prefix_empty:
+        pre = jnp.arange(S, dtype=jnp.int32)[None, :] < lengths[:, None]  # [B, S]
+        s1 = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(dtype),
+                        preferred_element_type=jnp.float32) * scale
+        s1 = jnp.where(pre[:, None, None, None, :], s1, neg)
+        m = jnp.maximum(m, jnp.max(s1, axis=-1))
+    m = jnp.where(jnp.isneginf(m), 0.0, m)[..., None]  # a query that sees nothing: zeros
+    p2 = jnp.exp(s2 - m)
+    l = jnp.sum(p2, axis=-1)
+    # entries no query may read hold scratch (possibly non-finite): 0 * NaN would leak
+    v2 = jnp.where(jnp.any(mask, axis=1)[:, :, None, None], v_win.astype(dtype), 0)
+    out = jnp.einsum("bkgtw,bwkd->btkgd", p2.astype(dtype), v2, preferred_element_type=dtype)
+    if not prefix_empty:
+        p1 = jnp.exp(s1 - m)
+        l = l + jnp.sum(p1, axis=-1)
+        v1 = jnp.where(pre[:, :, None, None], v_cache.astype(dtype), 0)
+        out = out + jnp.einsum("bkgts,bskd->btkgd", p1.astype(dtype), v1,
+                               preferred_element_type=dtype)
+    l = jnp.where(l == 0.0, 1.0, l)  # [B, KVH, G, T]
+    return out / jnp.transpose(l, (0, 3, 1, 2))[..., None].astype(dtype)
 
 
 class MLP(nnx.Module):
@@ -259,6 +275,8 @@ class Llama(nnx.Module):
         logits_index: Array | None = None,
         compute_logits: bool = True,
         write_offset: int = 0,
+        defer_cache_write: bool = False,
+        prefix_empty: bool = False,
     ) -> ForwardOutput:
         """Runs the decoder over a block of new tokens.
 
@@ -278,6 +296,11 @@ class Llama(nnx.Module):
           hidden_layers: block indices whose output residual stream to return.
           logits_index: optional ``int32[B, K]``: compute logits only at these positions.
           compute_logits: False returns no logits (``logits`` is an empty ``[B, T, 0]``).
+          defer_cache_write: static: leave the cache unwritten and return the new block's
+            keys/values in ``out.new_kv`` (the engine writes them after a ``lax.switch`` over
+            verify sizes, which would otherwise copy the whole cache every step).
+          prefix_empty: static: every row's committed prefix is empty (prefill into a fresh
+            cache): skip attending to the cache.
         """
         cfg = self.cfg
         B, T = tokens.shape
@@ -297,25 +320,27 @@ class Llama(nnx.Module):
         if write_offset and (attn_mask is None or attn_mask.shape[2] < write_offset + T):
             raise ValueError("write_offset needs an attn_mask over a window of at least "
                              "write_offset + T scratch slots")
+        if defer_cache_write and write_offset:
+            raise ValueError("defer_cache_write needs write_offset == 0")
         impl = getattr(self, "attention_impl", "dense")
-        if impl == "dense":
-            mask = build_mask(cache.lengths, T, cache.max_len, attn_mask)
-        else:  # the kernel op takes the prefix length and the scratch-window mask
-            impl = None if impl == "pallas" else impl
-            if attn_mask is None:
-                attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
-            W = attn_mask.shape[2]
-            in_cache = cache.lengths[:, None] + jnp.arange(W)[None] < cache.max_len
-            mask = attn_mask.astype(bool) & in_cache[:, None, :]
+        impl = None if impl == "pallas" else impl
+        # visibility over the scratch window: the block's mask, cut at the end of the cache
+        if attn_mask is None:
+            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
+        W = attn_mask.shape[2]
+        in_cache = cache.lengths[:, None] + jnp.arange(W)[None] < cache.max_len
+        mask = attn_mask.astype(bool) & in_cache[:, None, :]
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dtype)
         ks, vs = list(cache.k), list(cache.v)
+        new_k, new_v = [None] * cfg.num_layers, [None] * cfg.num_layers
         hidden = {}
         for i in range(n_layers):
             blk = self.layers[i]
             if i not in skip_attn:
-                a, ks[i], vs[i] = blk.attn(
+                a, ks[i], vs[i], new_k[i], new_v[i] = blk.attn(
                     rms_norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
                     cache.lengths, mask, inv_freq, dtype, write_offset, impl,
+                    write=not defer_cache_write, prefix_empty=prefix_empty,
                 )
                 x = x + a
             if i not in skip_mlp:
@@ -339,4 +364,5 @@ class Llama(nnx.Module):
             cache=new_cache,
             hidden=tuple(hidden[i] for i in hidden_layers),
             final_hidden=h,
+            new_kv=(tuple(new_k), tuple(new_v)) if defer_cache_write else None,
         )
