@@ -112,6 +112,32 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     return out
 
 
+def sweep_section(d: dict) -> list[str]:
+    out = [
+        "## Self-speculation sweep (early-exit layer, draft length, skip sets)",
+        "",
+        f"- date: {d['date']}; machine: {d['machine']}",
+        f"- command: `python scripts/sweep_self_spec.py {d['command'].split(')', 1)[-1].strip()}`",
+        f"- {d['prompts']} built-in prompts, {d['max_new_tokens']} new tokens, greedy, batch 1; "
+        "each configuration against plain decoding in its own interleaved run",
+        "",
+        "| method | exit layer / skipped layers | k | speedup | tau | acceptance by position "
+        "| same as ar |",
+        "| --- | --- | ---: | ---: | ---: | --- | :---: |",
+    ]
+    for r in d["rows"]:
+        where = r.get("exit_layer") or r.get("skip_attn")
+        acc = r.get("acceptance_by_position") or []
+        out.append(f"| {r['method']} | {where} | {r['k']} | {r['speedup_vs_ar']:.2f}x | "
+                   f"{r['tau']:.2f} | {' '.join(fmt(a, '.2f') for a in acc)} | "
+                   f"{fmt(r['identical_to_ar'])} |")
+    b = d["best"]
+    out += ["", f"Best: `{b['method']}` with {'exit_layer' if 'exit_layer' in b else 'skip'}="
+                f"{b.get('exit_layer') or b.get('skip_attn')}, k={b['k']}: "
+                f"{b['speedup_vs_ar']:.2f}x (tau {b['tau']:.2f}).", ""]
+    return out
+
+
 def kernel_section(d: dict) -> list[str]:
     dev = d["device"]
     cmd = d.get("command", "python scripts/bench_tree_attention.py")
@@ -163,6 +189,9 @@ def main():
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
+    f = RES / "sweep_self_spec.json"
+    if f.exists():
+        lines += sweep_section(json.loads(f.read_text()))
     for f in sorted(RES.glob("bench_tree_attention*.json")):
         lines += kernel_section(json.loads(f.read_text()))
     notes = ROOT / "docs" / "benchmarks_notes.md"
