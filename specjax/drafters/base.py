@@ -125,55 +125,33 @@ def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: i
     runs the draft network with ``cache.lengths`` set to the first position of ``tokens``.
     The first call feeds ``first_tokens`` (ending with the pending token); each later call
     feeds the previous draft token.
+
+    ``skip_if_zero``: ``kmax == 0`` runs nothing. The first feed (a single pending token) is
+    then the loop's first iteration rather than a ``lax.cond``, which would copy the cache it
+    updates on every step. Without it the first feed always runs (a draft model keeps its
+    cache in sync that way) and may hold several tokens.
     """
-    if skip_if_zero and first_tokens.shape[1] == 1:
-        # one loop from the pending token on: kmax == 0 runs nothing, and no lax.cond (which
-        # would copy a cache it updates on every step) is needed
-        B = first_tokens.shape[0]
-        base = first_pos[:, 0]
-        tokens = jnp.zeros((B, K), jnp.int32)
-        q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32)
-
-        def body0(c):
-            i, cache, tokens, q = c
-            prev = jax.lax.dynamic_index_in_dim(tokens, jnp.maximum(i - 1, 0), axis=1,
-                                                keepdims=False)
-            prev = jnp.where(i == 0, first_tokens[:, 0], prev)
-            pos = base + i
-            logits, cache = step_fn(prev[:, None], pos[:, None], cache.with_lengths(pos))
-            tok, qi = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
-                                 ctx.top_p)
-            tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
-            if q is not None:
-                q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
-            return i + 1, cache, tokens, q
-
-        _, cache, tokens, q = jax.lax.while_loop(lambda c: c[0] < kmax, body0,
-                                                 (jnp.int32(0), cache, tokens, q))
-        return tokens, q, cache
-    if skip_if_zero:
-        B = first_tokens.shape[0]
-        empty = (jnp.zeros((B, K), jnp.int32),
-                 None if greedy else jnp.zeros((B, K, vocab), jnp.float32), cache)
-        return jax.lax.cond(
-            kmax > 0,
-            lambda c: chain_draft(step_fn, c, first_tokens, first_pos, K, kmax, ctx, greedy,
-                                  vocab),
-            lambda c: (empty[0], empty[1], c),
-            cache)
     B = first_tokens.shape[0]
+    tokens = jnp.zeros((B, K), jnp.int32)
+    q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32)
+    if skip_if_zero:
+        if first_tokens.shape[1] != 1:
+            raise ValueError("skip_if_zero drafts from a single pending token")
+        start = 0
+    else:
+        logits, cache = step_fn(first_tokens, first_pos, cache.with_lengths(first_pos[:, 0]))
+        tok, q0 = pick_token(logits, ctx.keys, 0, greedy, ctx.temperature, ctx.top_k,
+                             ctx.top_p)
+        tokens = tokens.at[:, 0].set(tok)
+        q = None if q is None else q.at[:, 0].set(q0)
+        start = 1
     base = first_pos[:, -1]  # position of the pending token
-    logits, cache = step_fn(first_tokens, first_pos, cache.with_lengths(first_pos[:, 0]))
-    tok, q0 = pick_token(logits, ctx.keys, 0, greedy, ctx.temperature, ctx.top_k, ctx.top_p)
-    tokens = jnp.zeros((B, K), jnp.int32).at[:, 0].set(tok)
-    q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32).at[:, 0].set(q0)
-
-    def cond(c):
-        return c[0] < kmax
 
     def body(c):
         i, cache, tokens, q = c
-        prev = jax.lax.dynamic_index_in_dim(tokens, i - 1, axis=1, keepdims=False)
+        prev = jax.lax.dynamic_index_in_dim(tokens, jnp.maximum(i - 1, 0), axis=1,
+                                            keepdims=False)
+        prev = jnp.where(i == 0, first_tokens[:, -1], prev)  # i == 0: the pending token
         pos = base + i
         logits, cache = step_fn(prev[:, None], pos[:, None], cache.with_lengths(pos))
         tok, qi = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k, ctx.top_p)
@@ -182,7 +160,8 @@ def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: i
             q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
         return i + 1, cache, tokens, q
 
-    _, cache, tokens, q = jax.lax.while_loop(cond, body, (jnp.int32(1), cache, tokens, q))
+    _, cache, tokens, q = jax.lax.while_loop(lambda c: c[0] < kmax, body,
+                                             (jnp.int32(start), cache, tokens, q))
     return tokens, q, cache
 
 
