@@ -244,19 +244,33 @@ def _level_plan(spec: TreeSpec):
     return plan, slot
 
 
+def run_if(pred, fn: Callable, default, cache):
+    """``fn(cache) -> (out, cache)`` if ``pred`` else ``(default, cache)``.
+
+    A ``while_loop`` of zero or one trip rather than ``lax.cond``: XLA updates a loop's
+    carried cache in place, while a conditional whose branch writes the cache copies every
+    layer's buffer into and out of the branch on every call."""
+    def body(c):
+        _, out, cache = c
+        out, cache = fn(cache)
+        return jnp.bool_(False), out, cache
+
+    _, out, cache = jax.lax.while_loop(lambda c: c[0], body,
+                                       (jnp.asarray(pred, bool), default, cache))
+    return out, cache
+
+
 def draft_tree_or_nothing(draft_fn: Callable, cache: KVCache, spec: TreeSpec, kmax, greedy,
                           vocab: int):
     """Runs ``draft_fn(cache) -> (DraftTree, cache)`` unless no row drafts (``kmax == 0``),
     in which case an empty tree comes back at no cost."""
-    def empty(c):
-        B, N = c.lengths.shape[0], spec.num_nodes
-        z = jnp.zeros((B, N), jnp.int32)
-        stochastic = (not greedy) and spec.kind == "fixed"
-        return DraftTree(tokens=z, parent=z - 1, depth=z + 1, valid=z > 0,
-                         q=jnp.zeros((B, N, vocab), jnp.float32) if stochastic else None,
-                         slot=z - 1), c
-
-    return jax.lax.cond(kmax > 0, draft_fn, empty, cache)
+    B, N = cache.lengths.shape[0], spec.num_nodes
+    z = jnp.zeros((B, N), jnp.int32)
+    stochastic = (not greedy) and spec.kind == "fixed"
+    empty = DraftTree(tokens=z, parent=z - 1, depth=z + 1, valid=z > 0,
+                      q=jnp.zeros((B, N, vocab), jnp.float32) if stochastic else None,
+                      slot=z - 1)
+    return run_if(kmax > 0, draft_fn, empty, cache)
 
 
 def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: StepContext,
@@ -350,10 +364,7 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
                 logits, c = run(f_tok, pos, c, off, f_anc)
                 return logp(logits), c
 
-            def skip(c, T=T):
-                return jnp.zeros((B, T, vocab), jnp.float32), c
-
-            f_lp, cache = jax.lax.cond(d < kmax, feed, skip, cache)
+            f_lp, cache = run_if(d < kmax, feed, jnp.zeros((B, T, vocab), jnp.float32), cache)
         cands.append(dict(tok=tok, par=par, score=jnp.where(depth_ok, score, -jnp.inf),
                           ids=ids, slot=slot, chosen=chosen, q=q_lv,
                           depth=jnp.full(tok.shape, d, jnp.int32)))
