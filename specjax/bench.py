@@ -225,10 +225,12 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
 
     groups = plan_groups(batches, sweep, repeats, items, batch_size)
     done: set[str] = set()
+    journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
     if journal is not None:  # the resolved configs (defaults included) must match too
         journal.header["configs"] = {m: describe(*built[m]) for m in methods}
         for rec in journal.load():
             done.add(rec["group"])
+            journal_machines[rec.get("machine", "not recorded")] += 1
             for rd in rec["runs"]:
                 r = Run(**rd)
                 (sweep_runs if rec["sweep"] else runs).append(r)
@@ -267,7 +269,10 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             journal.append({"group": g["key"], "sweep": g["sweep"],
                             "batch_size": g["batch_size"],
                             "runs": [dataclasses.asdict(r) for r in group_runs],
-                            "compile": dict(target_compile)})
+                            "compile": dict(target_compile),
+                            "machine": machine_description(),
+                            "finished_at": utc_now()})
+            journal_machines[machine_description()] += 1
         ran += 1
     greedy = temperature == 0.0
     summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
@@ -278,6 +283,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     n_done = len(groups) - len(todo) + ran
     summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
                            "complete": n_done == len(groups), "stopped_by_time_limit": stopped}
+    if journal is not None:
+        # a journaled run can span sessions and machines: say which groups ran where
+        summary["progress"]["machines"] = dict(journal_machines)
     return summary
 
 
@@ -544,12 +552,20 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def machine_description() -> str:
+    return f"{cpu_name()}, {os.cpu_count()} cores, {platform.platform()}"
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def environment(argv: list[str]) -> dict:
     import jax
 
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": f"{cpu_name()}, {os.cpu_count()} cores, {platform.platform()}",
+        "date": utc_now(),
+        "machine": machine_description(),
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
         "command": "specjax " + " ".join(argv),

@@ -205,17 +205,25 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
     # a limit that has passed by the second batch: exactly one batch runs
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file,
                        extra=["--journal", str(journal), "--time-limit", "1e-9"])
+    from specjax.bench import machine_description
+    here = machine_description()
     assert res["progress"] == {"groups_done": 1, "groups_total": 6, "complete": False,
-                               "stopped_by_time_limit": True}
+                               "stopped_by_time_limit": True, "machines": {here: 1}}
     assert "partial result: 1 of 6" in capsys.readouterr().err
     assert len(calls) == 3  # ar, prompt_lookup, early_exit on one batch
     lines = journal.read_text().splitlines()
     assert len(lines) == 2 and "header" in json.loads(lines[0])
     # round robin over categories: the second batch is the other category
     first = json.loads(lines[1])
+    assert first["machine"] == here and first["finished_at"].endswith("+00:00")
+    # a group journaled before machines were recorded is counted as such
+    del first["machine"], first["finished_at"]
+    lines[1] = json.dumps(first)
+    journal.write_text("\n".join(lines) + "\n")
     calls.clear()
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
     assert res["progress"]["complete"] and len(calls) == 3 * 5
+    assert res["progress"]["machines"] == {"not recorded": 1, here: 5}
     rows = {(r["method"], r["category"]): r for r in res["rows"]}
     assert rows[("ar", "ALL")]["prompts"] == 3 and rows[("prompt_lookup", "ALL")]["prompts"] == 3
     assert all(r["identical_to_ar"] for r in res["rows"])
