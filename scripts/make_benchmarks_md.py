@@ -69,9 +69,9 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         out.append(f"- **partial run**: {prog['groups_done']} of {prog['groups_total']} prompt "
                    "batches so far (taken round robin over categories; the run continues from "
                    "its `--journal` in later sessions)")
-    if prog and len(prog.get("machines") or {}) > 1 or (prog and "not recorded" in (
-            prog.get("machines") or {})):
-        where = "; ".join(f"{n} on {m}" for m, n in sorted(prog["machines"].items()))
+    machines = (prog or {}).get("machines") or {}
+    if len(machines) > 1 or "not recorded" in machines:
+        where = "; ".join(f"{n} on {m}" for m, n in sorted(machines.items()))
         out.append(f"- journaled over several sessions; prompt batches per machine: {where} "
                    "(speedups are always against `ar` on the same batch, same machine)")
     out += [

@@ -6,10 +6,10 @@
 # The run takes 10-11 hours on a 2-core CPU, so it goes on over several sessions: each call
 # runs for about MINUTES (the group under way when the time is up still finishes), appends the
 # finished prompt batches to docs/results/spec_bench_full.journal.jsonl and rewrites the
-# partial JSON and plot next to it. It runs from a detached worktree of ENGINE_COMMIT (default:
-# the last commit before the engine changes again) so that later changes to the engine on main do not mix
-# into one table; the journal itself checks that the settings and resolved method configs
-# match. Needs the Spec-Bench question file at ../shared/data/spec_bench/question.jsonl
+# partial JSON and plot next to it. It runs from a detached worktree of ENGINE_COMMIT
+# (default e355976: the engine the run started with, d687c99, plus journal machine stamps), so
+# later changes to the engine on main do not mix into one table; the journal itself checks
+# only that the settings and resolved method configs match. Needs the Spec-Bench question file at ../shared/data/spec_bench/question.jsonl
 # (beside the checkout) and the bench extra installed in .venv. Nothing else may run on the
 # machine meanwhile: the figures are timings.
 set -euo pipefail

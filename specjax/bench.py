@@ -225,6 +225,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
 
     groups = plan_groups(batches, sweep, repeats, items, batch_size)
     done: set[str] = set()
+    here = machine_description()
     journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
     if journal is not None:  # the resolved configs (defaults included) must match too
         journal.header["configs"] = {m: describe(*built[m]) for m in methods}
@@ -270,9 +271,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                             "batch_size": g["batch_size"],
                             "runs": [dataclasses.asdict(r) for r in group_runs],
                             "compile": dict(target_compile),
-                            "machine": machine_description(),
-                            "finished_at": utc_now()})
-            journal_machines[machine_description()] += 1
+                            "machine": here, "finished_at": utc_now()})
+            journal_machines[here] += 1
         ran += 1
     greedy = temperature == 0.0
     summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
