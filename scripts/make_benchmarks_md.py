@@ -55,6 +55,9 @@ def decode_section(d: dict) -> list[str]:
 
 
 def bench_section(d: dict, title: str, png: str | None) -> list[str]:
+    prog = d.get("progress")
+    if prog and not prog.get("complete", True):
+        title += f" (partial: {prog['groups_done']} of {prog['groups_total']} prompt batches)"
     out = [
         f"## {title}",
         "",
@@ -64,7 +67,6 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         f"{d['max_new_tokens']} new tokens max, {d['repeats']} repeats (tokens/s = median over "
         "repeats of total tokens / total wall time; speedup against `ar` of the same run)",
     ]
-    prog = d.get("progress")
     if prog and not prog.get("complete", True):
         out.append(f"- **partial run**: {prog['groups_done']} of {prog['groups_total']} prompt "
                    "batches so far (taken round robin over categories; the run continues from "
@@ -114,6 +116,29 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     if png:
         out += ["", f"![{title}](results/{png})"]
     out.append("")
+    return out
+
+
+def verify_curve_section(d: dict, png: str | None) -> list[str]:
+    ks = d["ks"]
+    out = [
+        "## Verify-cost curve (one target forward over k tokens, relative to k = 1)",
+        "",
+        f"- date: {d['date']}; machine: {d['machine']}; device: {d['device']}; jax {d['jax']}",
+        f"- command: `{d['command']}`",
+        f"- model {d.get('model')}, {d['prefix']} committed tokens in the cache under the "
+        "timed forward; median of repeated runs after compile and warm-up. The adaptive "
+        "policy reads this file with `--method-arg cost=docs/results/verify_curve.json`.",
+        "",
+        "| batch | k = 1 (ms) | " + " | ".join(f"k = {k}" for k in ks) + " |",
+        "| ---: | ---: | " + " | ".join("---:" for _ in ks) + " |",
+    ]
+    for B, rel in d["relative"].items():
+        out.append(f"| {B} | {1e3 * d['seconds'][B][0]:.1f} | "
+                   + " | ".join(f"{r:.2f}x" for r in rel) + " |")
+    out.append("")
+    if png:
+        out += [f"![verify-cost curve](results/{png})", ""]
     return out
 
 
@@ -186,14 +211,18 @@ def main():
     for name, title in (("bench_builtin", "Speculative methods on the built-in prompts"),
                         ("bench_trees", "Token trees vs chains vs plain decoding (built-in "
                                         "prompts)"),
-                        ("bench_spec_bench_full", "Spec-Bench, all 480 questions, every "
-                                                  "method, 128 tokens"),
+                        ("bench_spec_bench_full", "Spec-Bench full question file (480 "
+                                                  "questions), every method, 128 tokens"),
                         ("bench_spec_bench", "Spec-Bench subset (10 questions per category, "
                                              "64 tokens)")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
+    f = RES / "verify_curve.json"
+    if f.exists():
+        png = "verify_curve.png" if (RES / "verify_curve.png").exists() else None
+        lines += verify_curve_section(json.loads(f.read_text()), png)
     f = RES / "sweep_self_spec.json"
     if f.exists():
         lines += sweep_section(json.loads(f.read_text()))

@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -48,6 +49,7 @@ def load_prompts(spec: str, categories: list[str] | None = None, limit: int | No
         raise BenchError(str(e)) from None
     items = [{"id": r.id, "category": r.category or "all", "prompt": r.prompt}
              for r in records]
+    categories = [c.strip() for c in categories or [] if c.strip()]
     if categories:
         known = sorted({it["category"] for it in items})
         bad = [c for c in categories if c not in known]
@@ -111,8 +113,11 @@ class Run:
     batch_size: int = 1  # rows requested per generate call
 
 
-def _peer_runner(lm, kind: str, max_new: int, eos_ids):
-    """Hugging Face transformers on the same (dequantized) weights: dense float32 PyTorch."""
+def _peer_runner(lm, kind: str, max_new: int, eos_ids, temperature: float = 0.0,
+                 seed: int = 0):
+    """Hugging Face transformers on the same (dequantized) weights: dense float32 PyTorch.
+    ``temperature > 0`` samples from the plain temperature-scaled distribution (transformers'
+    default top-k of 50 is switched off), as specjax's methods do in the same run."""
     try:
         import torch
         import transformers  # noqa: F401
@@ -122,6 +127,9 @@ def _peer_runner(lm, kind: str, max_new: int, eos_ids):
     model = dense_hf_model(lm)
     gen_kwargs = dict(max_new_tokens=max_new, do_sample=False, pad_token_id=0,
                       eos_token_id=list(eos_ids) or None)
+    if temperature > 0:
+        gen_kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+        torch.manual_seed(seed)
     if kind == "hf_prompt_lookup":
         gen_kwargs["prompt_lookup_num_tokens"] = 10
 
@@ -148,13 +156,24 @@ def dense_hf_model(lm):
     cfg = lm.config
     if cfg.architecture != "llama":
         raise BenchError(f"--peer hf supports llama-architecture models, not {cfg.architecture}")
+    extra = {}
+    rs = cfg.rope_scaling
+    if rs is not None and rs.kind == "factors":
+        raise BenchError("--peer hf cannot rebuild a model whose rotary embeddings use "
+                         "per-frequency factors (a GGUF rope_freqs tensor)")
+    if rs is not None:  # transformers reads the same dict from rope_scaling (4.x and 5.x)
+        extra["rope_scaling"] = {"rope_type": rs.kind, "factor": rs.factor}
+        if rs.kind == "llama3":
+            extra["rope_scaling"].update(
+                low_freq_factor=rs.low_freq_factor, high_freq_factor=rs.high_freq_factor,
+                original_max_position_embeddings=rs.original_max_position)
     hf_cfg = transformers.LlamaConfig(
         vocab_size=cfg.vocab_size, hidden_size=cfg.hidden_size,
         intermediate_size=cfg.intermediate_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads,
         head_dim=cfg.head_dim, rope_theta=cfg.rope_theta, rms_norm_eps=cfg.rms_norm_eps,
         tie_word_embeddings=cfg.tie_embeddings,
-        max_position_embeddings=cfg.max_position_embeddings)
+        max_position_embeddings=cfg.max_position_embeddings, **extra)
     model = transformers.LlamaForCausalLM(hf_cfg)
     sd = {k: torch.from_numpy(np.array(v)) for k, v in model_to_tensors(lm.model).items()}
     if cfg.tie_embeddings:
@@ -198,7 +217,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     peers = {}
     if peer == "hf":
         for kind in ("hf_ar", "hf_prompt_lookup"):
-            peers[kind] = _peer_runner(lm, kind, max_new_tokens, eos)
+            peers[kind] = _peer_runner(lm, kind, max_new_tokens, eos, temperature, seed)
     all_methods = methods + list(peers)
     runs: list[Run] = []
     sweep_runs: list[Run] = []
@@ -568,7 +587,7 @@ def environment(argv: list[str]) -> dict:
         "machine": machine_description(),
         "device": str(jax.devices()[0]),
         "jax": jax.__version__,
-        "command": "specjax " + " ".join(argv),
+        "command": "specjax " + shlex.join(argv),
     }
 
 
@@ -579,9 +598,14 @@ def main_bench(args, argv) -> int:
     from specjax.methods import METHODS
 
     if args.verify_curve:
+        ks = _positive_ints(args.curve_ks, "--curve-ks")
+        bs = _positive_ints(args.curve_batches, "--curve-batches")
+        if ks[0] != 1:
+            raise BenchError(f"--curve-ks must start with 1 (times are relative to k = 1), "
+                             f"got {args.curve_ks!r}")
+        if args.curve_prefix < 0:
+            raise BenchError(f"--curve-prefix must be >= 0, got {args.curve_prefix}")
         lm = _load(args)
-        ks = [int(x) for x in args.curve_ks.split(",")]
-        bs = [int(x) for x in args.curve_batches.split(",")]
         with tqdm(total=len(ks) * len(bs), desc="verify curve", file=sys.stderr) as bar:
             curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix, progress=bar.update)
         curve.update(environment(argv))
@@ -609,7 +633,7 @@ def main_bench(args, argv) -> int:
     batch_sizes = parse_batch_sizes(getattr(args, "batch_sizes", None))
     if args.batch_size < 1:
         raise BenchError(f"--batch-size must be >= 1, got {args.batch_size}")
-    cats = [c for c in args.categories.split(",")] if args.categories else None
+    cats = args.categories.split(",") if args.categories else None
     items = load_prompts(args.prompts, cats, args.limit)
     lm = _load(args)
     n_batches = sum(-(-len([i for i in items if i["category"] == c]) // args.batch_size)
@@ -666,6 +690,17 @@ def prompts_digest(items: list[dict]) -> str:
     for it in items:
         h.update(json.dumps([str(it["id"]), it["category"], it["prompt"]]).encode())
     return h.hexdigest()
+
+
+def _positive_ints(text: str, flag: str) -> list[int]:
+    """``"1,2,4"`` -> ``[1, 2, 4]``: distinct, increasing, each >= 1."""
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1 or vals != sorted(set(vals)):
+        raise BenchError(f"{flag} takes increasing integers >= 1, got {text!r}")
+    return vals
 
 
 def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,
@@ -732,5 +767,6 @@ def plot_verify_curve(curve: dict, path: str):
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,4 +1,4 @@
-"""The ``specjax`` command: ``generate``, ``info``, ``demo``."""
+"""The ``specjax`` command: ``generate``, ``info``, ``demo``, ``bench``."""
 
 from __future__ import annotations
 
@@ -255,6 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
     d.set_defaults(fn=cmd_demo)
     b = sub.add_parser("bench", help="methods side by side on the same prompts (interleaved)")
+    b.add_argument("--config", metavar="FILE.py",
+                   help="an experiment config (configs/*.py: get_config() -> BenchConfig); "
+                   "flags after it override its fields")
     model_args(b)
     b.add_argument("--methods", default="ar,prompt_lookup",
                    help=f"comma-separated, from: {', '.join(METHODS)} (ar is always included)")
@@ -274,7 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--peer", choices=["hf"], default=None,
                    help="also run Hugging Face transformers on the same weights")
     b.add_argument("--output", help="results JSON")
-    b.add_argument("--plot", help="results PNG (speedup by category, acceptance by position)")
+    b.add_argument("--plot", help="results PNG: speedup by method and category, acceptance by "
+                   "draft position, and tokens/s by batch size with --batch-sizes (with "
+                   "--verify-curve: the curve)")
     b.add_argument("--journal", metavar="FILE.jsonl",
                    help="record each finished prompt batch here and skip those already "
                    "recorded: a long run can stop and continue later (same settings)")
@@ -284,9 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "--journal: run nothing, report the journal")
     b.add_argument("--verify-curve", action="store_true",
                    help="instead: time one target forward over k tokens vs k = 1")
-    b.add_argument("--curve-ks", default="1,2,4,8,16,32,64")
-    b.add_argument("--curve-batches", default="1,4,16")
-    b.add_argument("--curve-prefix", type=int, default=256)
+    b.add_argument("--curve-ks", default="1,2,4,8,16,32,64",
+                   help="verify sizes k, increasing, starting at 1")
+    b.add_argument("--curve-batches", default="1,4,16", help="batch sizes for the curve")
+    b.add_argument("--curve-prefix", type=int, default=256,
+                   help="committed tokens in the cache under the timed forward")
     b.set_defaults(fn=cmd_bench)
     return p
 
@@ -294,12 +301,32 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_bench(args) -> int:
     from specjax.bench import main_bench
 
-    return main_bench(args, sys.argv[1:])
+    return main_bench(args, args.argv)
+
+
+def expand_config(argv: list[str], path: str) -> list[str]:
+    """``bench --config FILE.py REST`` -> ``bench FLAGS-OF-THE-CONFIG REST`` (REST wins)."""
+    from specjax.experiment import load_config
+
+    cfg = load_config(path)
+    rest, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+        elif a == "--config":
+            skip = True
+        elif not a.startswith("--config="):
+            rest.append(a)
+    i = rest.index("bench")
+    return rest[:i + 1] + cfg.to_argv() + rest[i + 1:]
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     from specjax.bench import BenchError
+    from specjax.config import ConfigError
     from specjax.drafters.base import DrafterError
     from specjax.engine import GenerationError
     from specjax.models.weights import CheckpointError
@@ -307,9 +334,13 @@ def main(argv=None) -> int:
     from specjax.tokenizer import TokenizerError
 
     try:
+        if getattr(args, "config", None):
+            argv = expand_config(argv, args.config)
+            args = parser.parse_args(argv)
+        args.argv = argv  # the command line as run (a config expanded into its flags)
         return args.fn(args)
     except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError,
-            DrafterError, BenchError) as e:
+            DrafterError, BenchError, ConfigError) as e:
         print(f"specjax: error: {e}", file=sys.stderr)
         return 2
 

@@ -17,8 +17,11 @@ class ConfigError(ValueError):
 class RopeScaling:
     """Rotary-embedding frequency scaling.
 
-    kind: "linear" (positions divided by ``factor``) or "llama3" (the piecewise
-    wavelength rule of Llama 3.1). ``None`` on :class:`ModelConfig` means no scaling.
+    kind: "linear" (positions divided by ``factor``), "llama3" (the piecewise wavelength
+    rule of Llama 3.1) or "factors" (each rotary frequency divided by its own entry of
+    ``freq_factors``, ``head_dim / 2`` of them: how llama.cpp's GGUF files store Llama 3.x
+    scaling, as a ``rope_freqs.weight`` tensor). ``None`` on :class:`ModelConfig` means no
+    scaling.
     """
 
     kind: str
@@ -26,14 +29,21 @@ class RopeScaling:
     low_freq_factor: float = 1.0
     high_freq_factor: float = 4.0
     original_max_position: int = 8192
+    freq_factors: tuple[float, ...] | None = None
 
     def __post_init__(self):
-        if self.kind not in ("linear", "llama3"):
+        if self.kind not in ("linear", "llama3", "factors"):
             raise ConfigError(
-                f"unsupported rope scaling type {self.kind!r}; supported: 'linear', 'llama3'"
+                f"unsupported rope scaling type {self.kind!r}; supported: 'linear', 'llama3', "
+                "'factors'"
             )
         if not self.factor > 0:
             raise ConfigError(f"rope scaling factor must be > 0, got {self.factor}")
+        if (self.kind == "factors") != (self.freq_factors is not None):
+            raise ConfigError("rope scaling 'factors' needs freq_factors (and only it does)")
+        if self.freq_factors is not None and (
+                not self.freq_factors or not all(f > 0 for f in self.freq_factors)):
+            raise ConfigError("rope freq_factors must be a non-empty list of positive numbers")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -290,9 +290,11 @@ def generate(
     limit = cache_len if cache_len is not None else cfg.max_position_embeddings
     what = "cache" if cache_len is not None else "model's context length"
     prompts = validate_prompts(prompts, cfg.vocab_size, limit, what)
+    if batch_size is not None and (not isinstance(batch_size, (int, np.integer))
+                                   or isinstance(batch_size, bool) or batch_size < 1):
+        raise GenerationError(f"batch_size must be an integer >= 1 (or None: all prompts in "
+                              f"one batch), got {batch_size!r}")
     bs = int(batch_size or len(prompts))
-    if bs < 1:
-        raise GenerationError(f"batch_size must be >= 1, got {batch_size}")
     eos_ids = tuple(int(e) for e in eos_ids)
     graphdef, params = nnx.split(model)
     greedy = sampling.greedy

@@ -3,7 +3,9 @@
 ``build("prompt_lookup", lm, {"k": "8"})`` -> ``(drafter, policy)``; ``"ar"`` -> ``(None, None)``.
 Values given as strings (from ``--method-arg key=value``) are converted by the target
 parameter's type. Keys ``policy`` (``fixed`` | ``adaptive``), ``decay`` and ``cost`` configure
-the policy; every other key goes to the drafter.
+the policy (``cost`` is comma-separated relative costs, or a ``specjax bench --verify-curve``
+JSON file, ``curve.json`` or ``curve.json#B`` for batch size B); every other key goes to the
+drafter.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 
 from specjax import drafters, policies
 from specjax.drafters.base import DrafterError
+from specjax.policies.adaptive import load_cost_curve
 
 METHODS = ("ar", "draft_model", "early_exit", "layer_skip", "prompt_lookup")
 
@@ -104,6 +107,12 @@ def build(name: str, lm, args: dict[str, Any] | None = None):
     for key, val in merged.items():
         if key in d_params:
             d_kwargs[key] = _convert(val, d_params[key], key)
+        elif key == "cost" and pol_name == "adaptive" and isinstance(val, str) and \
+                val.split("#")[0].endswith(".json"):
+            path, _, b = val.partition("#")
+            if b and not b.isdigit():
+                raise DrafterError(f"cost=FILE.json#B takes a batch size B, got {val!r}")
+            p_kwargs[key] = load_cost_curve(path, int(b) if b else None)
         elif key in pol_fields:
             p_kwargs[key] = _convert(val, pol_fields[key], key)
         elif key in POLICY_KEYS:

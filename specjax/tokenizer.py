@@ -179,9 +179,20 @@ def tokenizer_from_hf_dir(path, config: dict, source: str) -> Tokenizer:
         backend = HFTokenizer.from_file(str(tj))
     except Exception as e:  # tokenizers raises a bare Exception
         raise TokenizerError(f"{tj}: cannot parse tokenizer ({e})") from e
-    tcfg = {}
-    if (path / "tokenizer_config.json").exists():
-        tcfg = json.loads((path / "tokenizer_config.json").read_text())
+
+    def read_json(name):
+        f = path / name
+        if not f.exists():
+            return {}
+        try:
+            out = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TokenizerError(f"{f}: cannot read ({e})") from None
+        if not isinstance(out, dict):
+            raise TokenizerError(f"{f}: expected a JSON object")
+        return out
+
+    tcfg = read_json("tokenizer_config.json")
 
     def tok_str(v):
         if isinstance(v, dict):
@@ -192,9 +203,8 @@ def tokenizer_from_hf_dir(path, config: dict, source: str) -> Tokenizer:
     eos_token = tok_str(tcfg.get("eos_token"))
     eos_ids = []
     cfg_eos = config.get("eos_token_id")
-    if (path / "generation_config.json").exists():
-        gen = json.loads((path / "generation_config.json").read_text())
-        cfg_eos = gen.get("eos_token_id", cfg_eos)
+    gen = read_json("generation_config.json")
+    cfg_eos = gen.get("eos_token_id", cfg_eos)
     if isinstance(cfg_eos, int):
         eos_ids.append(cfg_eos)
     elif isinstance(cfg_eos, list):
@@ -207,6 +217,9 @@ def tokenizer_from_hf_dir(path, config: dict, source: str) -> Tokenizer:
     template = tcfg.get("chat_template")
     if isinstance(template, list):  # named templates: take "default"
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    if template is None and (path / "chat_template.jinja").exists():
+        # newer transformers versions save the template beside the config, not inside it
+        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
     return Tokenizer(
         backend=backend,
         eos_ids=tuple(dict.fromkeys(eos_ids)),

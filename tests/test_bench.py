@@ -1,13 +1,14 @@
 """`specjax bench` end to end on a tiny random model written as a GGUF file."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from gguf_fixtures import VOCAB_SIZE, write_gguf
 from specjax.bench import BenchError, load_prompts, parse_bench_method_args
 from specjax.cli import main
-from specjax.config import tiny_config
+from specjax.config import RopeScaling, tiny_config
 from specjax.models.loaders import random_model
 from specjax.models.weights import model_to_tensors
 
@@ -92,6 +93,7 @@ def test_bench_inputs(tmp_path, prompts_file):
     assert [i["id"] for i in items] == [3]
     assert len(load_prompts("builtin", limit=1)) == len({c for c, _ in
                                                          __import__("specjax.bench").bench.BUILTIN})
+    assert [i["id"] for i in load_prompts(str(prompts_file), [" code ", ""])] == [3]
     with pytest.raises(BenchError, match="unknown categories \\['poetry'\\]"):
         load_prompts(str(prompts_file), ["poetry"])
     with pytest.raises(BenchError, match="METHOD.key=value"):
@@ -113,6 +115,35 @@ def test_bench_hf_peer(tmp_path, tiny_gguf, prompts_file):
     assert rows[("hf_ar", "code")]["tau"] is None
 
 
+@pytest.mark.parametrize("extra", [
+    dict(rope_scaling=RopeScaling("linear", 4.0)),
+    dict(rope_scaling=RopeScaling("llama3", 8.0, 1.0, 4.0, 16)),
+], ids=["linear_rope", "llama3_rope"])
+def test_hf_peer_model_matches_ours(extra):
+    """The peer rebuilds the model in transformers: rope scaling must carry over, or the
+    peer times (and compares tokens of) a different model."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import types
+
+    import jax.numpy as jnp
+    import numpy as np
+
+    from specjax.bench import dense_hf_model
+
+    cfg = tiny_config(num_layers=2, max_position_embeddings=256, **extra)
+    model = random_model(cfg, seed=5)
+    hf = dense_hf_model(types.SimpleNamespace(config=cfg, model=model))
+    T = 96  # past the llama3 rule's original context, so the scaling matters
+    toks = np.random.default_rng(0).integers(0, cfg.vocab_size, (1, T))
+    with torch.no_grad():
+        ref = hf(torch.tensor(toks)).logits.numpy()
+    cache = model.init_cache(1, T)
+    pos = jnp.arange(T, dtype=jnp.int32)[None]
+    got = np.asarray(model(jnp.asarray(toks, jnp.int32), pos, cache).logits)
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
 def test_verify_curve_command(tmp_path, tiny_gguf):
     out = tmp_path / "curve.json"
     assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), "--curve-ks", "1,2,4",
@@ -124,6 +155,9 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
         assert curve["relative"][B][0] == 1.0
         assert all(s > 0 for s in curve["seconds"][B])
     assert (tmp_path / "c.png").exists()
+    for flag, value in (("--curve-ks", "2,4"), ("--curve-ks", "1,x"), ("--curve-ks", "1,4,2"),
+                        ("--curve-batches", "0,1")):  # clear errors, not tracebacks
+        assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), flag, value]) == 2
 
 
 def test_batch_size_sweep_helpers():
@@ -251,3 +285,62 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
                "--journal", str(journal)])
     assert rc == 2
     assert "max_new_tokens: journal 12, now 9" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- configs/
+
+CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+COMPARED = ("model", "dtype", "methods", "prompts", "categories", "limit", "max_new_tokens",
+            "batch_size", "batch_sizes", "temperature", "repeats", "peer")
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_configs_reproduce_recorded_runs(path):
+    """Each experiment config expands to the settings of the run recorded from it."""
+    import shlex
+
+    from specjax.cli import build_parser, expand_config
+    from specjax.experiment import load_config
+
+    cfg = load_config(path)
+    parser = build_parser()
+    ours = parser.parse_args(expand_config(["bench", "--config", str(path)], str(path)))
+    recorded = json.loads((RESULTS / Path(cfg.output).name).read_text())["command"]
+    theirs = parser.parse_args(shlex.split(recorded)[1:])
+    for field in COMPARED:
+        assert getattr(ours, field) == getattr(theirs, field), field
+    assert sorted(ours.method_arg) == sorted(theirs.method_arg)
+
+
+def test_bench_config_file_and_overrides(tmp_path, tiny_gguf, prompts_file):
+    from specjax.config import ConfigError
+    from specjax.experiment import BenchConfig, load_config
+
+    out = tmp_path / "r.json"
+    cfg = tmp_path / "exp.py"
+    cfg.write_text(
+        "from specjax.experiment import BenchConfig\n"
+        "def get_config():\n"
+        f"    return BenchConfig(model={str(tiny_gguf)!r}, prompts={str(prompts_file)!r},\n"
+        "        methods=('ar', 'prompt_lookup'), method_args={'prompt_lookup': {'k': 3}},\n"
+        f"        max_new_tokens=6, repeats=3, categories=('code',), output={str(out)!r})\n")
+    assert main(["bench", "--config", str(cfg), "--repeats", "1"]) == 0
+    res = json.loads(out.read_text())
+    assert res["repeats"] == 1 and res["categories"] == ["code"]  # the flag overrode the file
+    assert "--method-arg prompt_lookup.k=3" in res["command"] and "--config" not in res["command"]
+    assert {r["method"] for r in res["rows"]} == {"ar", "prompt_lookup"}
+    # bad configs: clear errors naming the file
+    cfg.write_text("def get_config():\n    return 3\n")
+    with pytest.raises(ConfigError, match=r"exp\.py: get_config\(\) must return a BenchConfig"):
+        load_config(cfg)
+    cfg.write_text("x = 1\n")
+    with pytest.raises(ConfigError, match=r"exp\.py: defines no get_config"):
+        load_config(cfg)
+    cfg.write_text("from specjax.experiment import BenchConfig\n"
+                   "def get_config():\n    return BenchConfig(repeats=0)\n")
+    assert main(["bench", "--config", str(cfg)]) == 2
+    with pytest.raises(ConfigError, match="not in methods"):
+        BenchConfig(method_args={"early_exit": {"k": 2}})
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.py")

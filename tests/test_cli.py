@@ -91,6 +91,42 @@ def test_method_builder_defaults_and_errors():
         parse_method_args(["k5"])
     with pytest.raises(DrafterError, match="unknown policy 'psychic'"):
         build("layer_skip", m, {"policy": "psychic"})
+    d, _ = build("layer_skip", m, parse_method_args(["skip_attn=2"]))  # one layer, an int
+    assert (d.skip_attn, d.skip_mlp) == ((2,), ())
+    with pytest.raises(DrafterError, match="skip_mlp takes layer indices and ranges"):
+        build("layer_skip", m, {"skip_mlp": "a-b"})
+    for L in (2, 3):  # defaults work on tiny models too
+        d, _ = build("layer_skip", random_model(tiny_config(num_layers=L)), {})
+        assert d.skip_attn == d.skip_mlp == (1,)
+
+
+def test_adaptive_cost_from_verify_curve_json(tmp_path):
+    from specjax.config import tiny_config
+    from specjax.drafters.base import DrafterError
+    from specjax.methods import build
+    from specjax.models.loaders import random_model
+    from specjax.policies.adaptive import load_cost_curve
+
+    f = tmp_path / "curve.json"
+    f.write_text(json.dumps({"ks": [1, 2, 4], "seconds": {},
+                             "relative": {"1": [1.0, 1.5, 2.5], "4": [1.0, 1.2, 1.6]}}))
+    assert load_cost_curve(str(f)) == (1.0, 1.5, 2.0, 2.5)  # T = 3 interpolated
+    assert load_cost_curve(str(f), 4) == (1.0, 1.2, 1.4, 1.6)
+    m = random_model(tiny_config(num_layers=2))
+    _, p = build("prompt_lookup", m, {"cost": f"{f}#4"})
+    assert p.cost == (1.0, 1.2, 1.4, 1.6)
+    _, p = build("prompt_lookup", m, {"cost": "1,1.1,1.3"})
+    assert p.cost == (1.0, 1.1, 1.3)
+    with pytest.raises(DrafterError, match="no curve for batch 2; it has batches \\[1, 4\\]"):
+        build("prompt_lookup", m, {"cost": f"{f}#2"})
+    with pytest.raises(DrafterError, match="nope.json: verify-curve file not found"):
+        build("prompt_lookup", m, {"cost": str(tmp_path / "nope.json")})
+    f.write_text('{"ks": [2, 4], "relative": {"1": [1.0, 2.0]}}')
+    with pytest.raises(DrafterError, match="increasing ks from 1"):
+        load_cost_curve(str(f))
+    f.write_text("[1, 2]")
+    with pytest.raises(DrafterError, match="not a verify-curve JSON"):
+        load_cost_curve(str(f))
 
 
 @pytest.mark.real_model

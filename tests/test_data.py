@@ -55,10 +55,13 @@ def test_generate_prompt_format(tmp_path):
     ('{"id": 1, "text": "no prompt"}\n', 1, "needs a 'prompt' or a 'turns' field"),
     ('{"question_id": 1, "turns": []}\n', 1, "'turns' must be a non-empty list"),
     ('{"question_id": 1, "turns": ["a", 3]}\n', 1, "every turn must be a string"),
+    # bad UTF-8 far past the first read buffer is still reported on its own line
+    (b'\xef\xbb\xbf' + b'{"id": 1, "prompt": "ok \xc3\xa9"}\n' * 3000
+     + b'{"id": 2, "prompt": "\xff"}\n', 3001, "not UTF-8 text"),
 ])
 def test_malformed_jsonl_names_file_and_line(tmp_path, body, line, message):
     f = tmp_path / "bad.jsonl"
-    f.write_text(body)
+    f.write_bytes(body if isinstance(body, bytes) else body.encode())
     with pytest.raises(DataError, match=rf"bad\.jsonl:{line}: {message}"):
         data.load_prompts(f"spec_bench:{f}")
     assert issubclass(DataError, ValueError)
@@ -94,6 +97,9 @@ def test_humaneval_plain_and_gz(tmp_path):
         assert recs[2].reference == "    return x + 2\n"
     write_jsonl(plain, [{"task_id": "HumanEval/0"}])
     with pytest.raises(DataError, match=r"HumanEval.jsonl:1: needs a 'prompt' field"):
+        data.load_prompts(f"humaneval:{plain}")
+    write_jsonl(plain, [{"task_id": "H/0", "prompt": "def f():", "canonical_solution": 3}])
+    with pytest.raises(DataError, match=r"HumanEval.jsonl:1: 'canonical_solution' must be"):
         data.load_prompts(f"humaneval:{plain}")
     gz.write_bytes(b"not gzip at all")
     with pytest.raises(DataError, match="HumanEval.jsonl.gz: unreadable"):
@@ -160,6 +166,26 @@ def test_sharegpt_truncated_yields_complete_then_warns(tmp_path, cut):
         recs = list(data.read_sharegpt(f, chunk=16))
     assert [r.id for r in recs] == ["conv0", "conv1", "conv2"]
     assert recs[1].reference == "answer 1"
+
+
+def test_sharegpt_cut_anywhere_warns_malformed_last_element_fails(tmp_path):
+    """At the end of the file, a value that stops mid-way is truncation (warn), one that is
+    wrong is an error, even when it is the last thing in the file."""
+    good = json.dumps(conversations(1)[0])
+    last = ('{"id": "z", "n": -12.5e+3, "ok": true, "x": null, "conversations": [{"from": '
+            '"human", "value": "caf\\u00e9 \\ud83d\\ude00"}], "f": false}')
+    text = "[" + good + ",\n" + last + "]"
+    json.loads(text)
+    f = tmp_path / "cut.json"
+    start = text.index('{"id": "z"')
+    for end in range(start + 1, len(text) - 1):  # every cut inside the last conversation
+        f.write_text(text[:end], encoding="utf-8")
+        with pytest.warns(TruncatedDataWarning, match="read 1 complete"):
+            assert len(list(data.read_sharegpt(f, chunk=4096))) == 1
+    for bad in ('{"id": "x", "conversations": [}]}', '{"id": tru}', '{"id": "a" "b"}'):
+        f.write_text("[" + good + ",\n" + bad, encoding="utf-8")
+        with pytest.raises(DataError, match=r"cut\.json:2: invalid JSON in element 2"):
+            list(data.read_sharegpt(f))
 
 
 def test_sharegpt_malformed_names_file_and_line(tmp_path):

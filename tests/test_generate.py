@@ -170,6 +170,9 @@ def test_bad_inputs(model):
         generate(model, "hello", max_new_tokens=3)
     with pytest.raises(GenerationError, match="context length"):
         generate(model, [[1] * 1100], max_new_tokens=3)
+    for bs in (0, -2, 1.5, True):  # 0 is not "all prompts" (that is None)
+        with pytest.raises(GenerationError, match="batch_size must be an integer >= 1"):
+            generate(model, [[1, 2]], max_new_tokens=3, batch_size=bs)
 
 
 def test_prompt_buckets_limit_recompiles(model):

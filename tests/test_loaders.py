@@ -32,8 +32,9 @@ from gguf_fixtures import (
     write_gguf,
     write_hf_dir,
 )
-from specjax.config import tiny_config
+from specjax.config import RopeScaling, tiny_config
 from specjax.models.loaders import (
+    hf_config,
     load,
     load_gguf,
     load_hf_dir,
@@ -308,6 +309,38 @@ def test_gguf_tied_embeddings(gguf_dir, tokens_block):
                                rtol=0, atol=1e-6)
 
 
+# ----------------------------------------------------------------------------- GGUF: rope_freqs
+
+def test_gguf_rope_freqs_tensor(gguf_dir, cfg, tensors, ref_model, tokens_block):
+    """llama.cpp stores Llama 3.x rope scaling as per-frequency divisors (rope_freqs.weight),
+    not as metadata: the loader must apply them, not drop them."""
+    import dataclasses
+
+    from specjax.models.llama import rope_inv_freq
+    from specjax.models.weights import model_from_tensors
+
+    l3 = RopeScaling("llama3", 8.0, 1.0, 4.0, 16)
+    base = np.asarray(rope_inv_freq(cfg.head_dim, cfg.rope_theta, None))
+    factors = (base / np.asarray(rope_inv_freq(cfg.head_dim, cfg.rope_theta, l3)))
+    assert not np.allclose(factors, 1.0)
+    path = write_gguf(gguf_dir / "rope-freqs.gguf", cfg, tensors,
+                      replace={"rope_freqs.weight": factors.astype(np.float32)})
+    out = load_gguf(path)
+    assert out.config.rope_scaling.kind == "factors"
+    want = _logits(model_from_tensors(dataclasses.replace(cfg, rope_scaling=l3), tensors,
+                                      source="llama3"), tokens_block)
+    got = _logits(out.model, tokens_block)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    assert np.abs(got - _logits(ref_model, tokens_block)).max() > 1e-4  # scaling matters here
+    path = write_gguf(gguf_dir / "rope-ones.gguf", cfg, tensors,
+                      replace={"rope_freqs.weight": np.ones(cfg.head_dim // 2, np.float32)})
+    assert load_gguf(path).config.rope_scaling is None
+    path = write_gguf(gguf_dir / "rope-bad.gguf", cfg, tensors,
+                      replace={"rope_freqs.weight": np.full(5, 2.0, np.float32)})
+    with pytest.raises(CheckpointError, match=_msg(path, "rope_freqs.weight has 5 entries")):
+        load_gguf(path)
+
+
 # ----------------------------------------------------------------------------- GGUF: qwen2
 
 def test_gguf_qwen2_biases_not_permuted(gguf_dir, tokens_block):
@@ -398,6 +431,23 @@ def test_special_tokens_encode_to_single_ids(tok, sid, text):
     assert ids == [tok.encode("a")[0], sid, tok.encode("b")[0]]
     assert tok.decode(ids, skip_special_tokens=False) == f"a{text}b"
     assert tok.decode(ids) == "ab"
+
+
+def test_hf_tokenizer_files(tok, tmp_path):
+    """tokenizer.json + the side files of an HF directory: the chat template may sit in
+    chat_template.jinja (newer transformers), EOS ids in generation_config.json; a damaged
+    side file is a clear error naming it."""
+    from specjax.tokenizer import tokenizer_from_hf_dir
+
+    tok.backend.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "chat_template.jinja").write_text(tok.chat_template, encoding="utf-8")
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [EOS_ID]}))
+    t = tokenizer_from_hf_dir(tmp_path, {}, "x")
+    assert t.chat_template == tok.chat_template and t.eos_ids == (EOS_ID,)
+    assert t.encode("Hello world, hello!") == tok.encode("Hello world, hello!")
+    (tmp_path / "tokenizer_config.json").write_text("{not json")
+    with pytest.raises(TokenizerError, match=r"tokenizer_config\.json: cannot read"):
+        tokenizer_from_hf_dir(tmp_path, {}, "x")
 
 
 def test_chat_template_renders_chatml(tok):
@@ -636,6 +686,32 @@ def test_hf_config_missing_key(hf_dir, tmp_path, cfg):
     with pytest.raises(CheckpointError,
                        match=_msg(d / "config.json", "lacks 'num_hidden_layers'")):
         load_hf_dir(d)
+
+
+def test_hf_config_rope_parameters_spelling(cfg):
+    """transformers >= 5 writes rope_parameters (theta inside) instead of rope_scaling."""
+    c = hf_config_dict(cfg)
+    del c["rope_theta"]
+    c["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 64}
+    got = hf_config(c, "x")
+    assert got.rope_theta == 500000.0
+    assert got.rope_scaling == RopeScaling("llama3", 8.0, 1.0, 4.0, 64)
+    c["rope_parameters"] = {"rope_type": "default", "rope_theta": 123.0}
+    got = hf_config(c, "x")
+    assert got.rope_theta == 123.0 and got.rope_scaling is None
+    c["rope_parameters"] = {"full_attention": {"rope_type": "default", "rope_theta": 1.0}}
+    with pytest.raises(CheckpointError, match="per-layer-type rope_parameters"):
+        hf_config(c, "x")
+
+
+def test_hf_llama_attention_bias_refused(cfg):
+    # a Llama with attention_bias has an o_proj bias too, which the model cannot hold: refuse
+    # rather than load it silently without that bias
+    with pytest.raises(CheckpointError, match="attention_bias=true on a llama model"):
+        hf_config(hf_config_dict(cfg, attention_bias=True), "x")
+    assert hf_config(hf_config_dict(cfg, attention_bias=False), "x").attention_bias is False
 
 
 def test_hf_config_inconsistent_with_weights(hf_dir, tmp_path, cfg):

@@ -1,6 +1,7 @@
 """Speculative decoding: output equivalence with plain decoding, losslessness, cache invariants."""
 
 import itertools
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -33,7 +34,7 @@ DRAFTERS = {
     "prompt_lookup": [dict(k=1), dict(k=4), dict(k=12, max_ngram=4, min_ngram=2)],
     "early_exit": [dict(k=1, exit_layer=1), dict(k=3, exit_layer=3)],
     "layer_skip": [dict(k=2), dict(k=5, skip_attn="1-2", skip_mlp="2")],
-    "draft_model": [dict(k=3, layers=2)],
+    "draft_model": [dict(k=8, layers=1), dict(k=3, layers=2)],
 }
 CASES = [(name, kw) for name, kws in DRAFTERS.items() for kw in kws]
 
@@ -77,6 +78,10 @@ def test_real_acceptance_happens(target):
     assert sum(res.extra["accepted"]) > 0
     # a draft model identical to the target accepts everything it drafts
     same = drafters.make("draft_model", target, k=3, draft_model=target)
+    # a LoadedModel (what specjax.load returns) is taken as it is, not loaded again
+    loaded = types.SimpleNamespace(model=target, tokenizer=None, source="in memory")
+    assert drafters.make("draft_model", target, k=3, draft_model=loaded).description == \
+        "given model (in memory)"
     res = generate(target, ps, max_new_tokens=24, drafter=same)
     assert res.extra["accepted"] == res.extra["drafted"]
     assert res.target_forwards[0] <= 24 // 4 + 1
@@ -163,27 +168,35 @@ def test_lossless_by_exact_enumeration(deterministic):
     np.testing.assert_allclose(got, want, atol=1e-6)
 
 
-SAMPLING_CASES = [dict(k=3), dict(k=2, tree="fixed:0,1,2,0.0,1.0"),
+SAMPLING_CASES = [dict(k=3), dict(k=1), dict(k=2, tree="fixed:0,1,2,0.0,1.0"),
                   dict(k=2, tree="levels:2.2", sibling="iid"), dict(k=2, tree="topk")]
 
 
 @pytest.mark.parametrize("kw", SAMPLING_CASES, ids=[kw.get("tree", "chain") + "-" +
-                                                    kw.get("sibling", "wor")
+                                                    kw.get("sibling", "wor") + f"-k{kw['k']}"
                                                     for kw in SAMPLING_CASES])
 def test_sampled_sequences_match_target_distribution(kw):
     """Chi-square of the first three sampled tokens (spec vs the exact target law): a chain,
     a fixed tree with siblings drawn without replacement, one with independent siblings
-    (SpecInfer) and a top-k tree (deterministic candidates)."""
+    (SpecInfer) and a top-k tree (deterministic candidates).
+
+    The first token comes from the prefill, the next two from the first speculative step.
+    With 5 new tokens that step drafts k (<= 3) tokens, so tokens 2 and 3 go through
+    acceptance or correction at draft positions 1 and 2; with k = 1 and 3 new tokens, token 3
+    is the bonus token drawn after an accepted draft."""
     target, draft = sharp_tiny_pair()
     prompt = [1, 2, 3]
     want = three_token_law(target, prompt)
     n = 12000 if "tree" not in kw else 8000
     d = drafters.make("draft_model", target, draft_model=draft, **kw)
-    # 3 new tokens: the first comes from the prefill, the next two from one speculative step
-    res = generate(target, [prompt] * n, max_new_tokens=3, batch_size=n, drafter=d,
+    res = generate(target, [prompt] * n, max_new_tokens=3 if kw["k"] == 1 else 5,
+                   batch_size=n, drafter=d,
                    sampling=SamplingParams(temperature=1.0, seed=3 if "tree" not in kw else 11))
-    assert sum(res.extra["accepted"]) > 0.1 * n  # the spec path really accepted drafts
-    chi_square_check(res.tokens, want)
+    at = res.extra["accepted_at"]  # per row, accepted tokens by draft position
+    assert sum(a[0] for a in at) > 0.1 * n  # the spec path really accepted drafts
+    if kw["k"] > 1:
+        assert sum(a[1] for a in at) > 0.02 * n  # ... at the second position too
+    chi_square_check([t[:3] for t in res.tokens], want)
 
 
 def test_sampling_with_prompt_lookup_is_seeded(target):

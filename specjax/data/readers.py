@@ -13,6 +13,7 @@ import functools
 import gzip
 import io
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Iterator
@@ -46,10 +47,19 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
       DataError: ``FILE:LINE: ...`` for a line that is not a JSON object.
     """
     p = _existing(path, "prompts file")
-    with _open_text(p) as fh:
+    try:  # bytes, decoded line by line, so that bad UTF-8 is reported with its line
+        fh = gzip.open(p, "rb") if p.suffix == ".gz" else p.open("rb")
+    except OSError as e:
+        raise DataError(f"{path}: cannot open ({e.strerror or e})") from None
+    with fh:
         lineno = 0
-        while line := _read(path, fh.readline):
+        while raw := _read(path, fh.readline):
             lineno += 1
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 text ({e.reason} at byte "
+                                f"{e.start} of the line)") from None
             if not line.strip():
                 continue
             try:
@@ -130,9 +140,12 @@ def read_humaneval(path: str | Path) -> grain.MapDataset:
     out = []
     for n, obj in iter_jsonl(path):
         where = f"{path}:{n}"
+        ref = obj.get("canonical_solution")
+        if ref is not None and not isinstance(ref, str):
+            raise DataError(f"{where}: 'canonical_solution' must be a string")
         out.append(Record(id=_text_field(obj, "task_id", where),
                           prompt=_text_field(obj, "prompt", where), category="code",
-                          reference=obj.get("canonical_solution")))
+                          reference=ref))
     return grain.MapDataset.source(out)
 
 
@@ -230,6 +243,21 @@ def _maybe_incomplete(e: json.JSONDecodeError, buf: str) -> bool:
     return e.msg.startswith("Unterminated string") or e.pos >= len(buf.rstrip()) - 16
 
 
+# what may be left of a cut-off literal or number when a file stops in the middle of one
+_SCALAR_PREFIX = re.compile(r"t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|"
+                            r"-?[0-9]*\.?[0-9]*([eE][-+]?[0-9]*)?")
+
+
+def _truncated_at_eof(e: json.JSONDecodeError, buf: str) -> bool:
+    """At the end of the file: whether the decode error means the text stops inside a value
+    (truncation) rather than that the value is malformed."""
+    if e.msg.startswith("Unterminated string"):
+        return True
+    if e.msg.startswith("Invalid \\uXXXX escape"):  # e.pos is at the "u"
+        return re.fullmatch(r"u[0-9a-fA-F]{0,4}", buf[e.pos:]) is not None
+    return _SCALAR_PREFIX.fullmatch(buf[e.pos:].strip()) is not None
+
+
 def iter_json_values(path: str | Path, what: str = "conversations", chunk: int = 1 << 20
                      ) -> Iterator[tuple[int, Any]]:
     """Yields ``(line number, value)`` for each element of a file's top-level JSON array (or
@@ -276,7 +304,8 @@ def iter_json_values(path: str | Path, what: str = "conversations", chunk: int =
                     value, end = decoder.raw_decode(r.buf, r.pos)
                     break
                 except json.JSONDecodeError as e:
-                    if not _maybe_incomplete(e, r.buf):
+                    if not (_truncated_at_eof(e, r.buf) if r.eof
+                            else _maybe_incomplete(e, r.buf)):
                         raise DataError(f"{path}:{r.line_at(e.pos)}: invalid JSON in "
                                         f"element {n + 1} ({e.msg})") from None
                     if r.eof:

@@ -129,18 +129,21 @@ def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None
             raise DrafterError(f"layers must be in [1, {L - 1}], got {n!r}")
         dm = truncated_copy(target, n)
         desc = f"target's first {n} of {L} layers"
-    elif hasattr(draft_model, "cfg"):
+    elif hasattr(draft_model, "cfg"):  # a Llama
         dm, desc = draft_model, "given model"
     else:
-        from specjax.models.loaders import load
+        if hasattr(getattr(draft_model, "model", None), "cfg"):  # a LoadedModel
+            lm, desc = draft_model, f"given model ({getattr(draft_model, 'source', '?')})"
+        else:
+            from specjax.models.loaders import load
 
-        lm = load(draft_model, dtype=target.dtype)
-        dm, desc = lm.model, str(draft_model)
+            lm, desc = load(draft_model, dtype=target.dtype), str(draft_model)
+        dm = lm.model
         tok_t = getattr(target_lm, "tokenizer", None)
         if tok_t is not None and lm.tokenizer is not None and tok_t.vocab_size != \
                 lm.tokenizer.vocab_size:
             raise DrafterError(
-                f"draft model {draft_model!r} has a {lm.tokenizer.vocab_size}-token vocabulary, "
+                f"draft model {desc} has a {lm.tokenizer.vocab_size}-token vocabulary, "
                 f"the target {tok_t.vocab_size}: they must share one tokenizer"
             )
     if dm.cfg.vocab_size != target.cfg.vocab_size:

@@ -113,17 +113,23 @@ def self_spec_propose(target, variant: dict, K: int, tree: TreeSpec | None, stat
 def _parse_layers(v, name) -> tuple[int, ...]:
     if v is None or v == "":
         return ()
+    if isinstance(v, int):  # one layer (``--method-arg skip_attn=5`` arrives as an int)
+        return (v,)
     if isinstance(v, str):
         out = []
         for part in v.replace(";", ",").split(","):
             part = part.strip()
             if not part:
                 continue
-            if "-" in part:
-                a, b = part.split("-", 1)
-                out.extend(range(int(a), int(b) + 1))
-            else:
-                out.append(int(part))
+            try:
+                if "-" in part:
+                    a, b = part.split("-", 1)
+                    out.extend(range(int(a), int(b) + 1))
+                else:
+                    out.append(int(part))
+            except ValueError:
+                raise DrafterError(f"{name} takes layer indices and ranges like '2,4,6-9', "
+                                   f"got {v!r}") from None
         return tuple(sorted(set(out)))
     try:
         return tuple(sorted(set(int(i) for i in v)))
@@ -138,6 +144,8 @@ def default_skip_set(num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]
     chosen = middle[1::2]
     budget = int(0.45 * 2 * (num_layers - 2)) // 2
     chosen = tuple(chosen[:max(budget, 1)])
+    if not chosen:  # 2-3 layers: the one middle layer, or the last one of two
+        chosen = (middle[0],) if middle else (num_layers - 1,)
     return chosen, chosen
 
 

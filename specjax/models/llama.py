@@ -61,6 +61,11 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: RopeScaling | None) -> j
         return inv
     if scaling.kind == "linear":
         return inv / scaling.factor
+    if scaling.kind == "factors":
+        if len(scaling.freq_factors) != inv.shape[0]:
+            raise ValueError(f"rope freq_factors has {len(scaling.freq_factors)} entries, the "
+                             f"head dimension needs {inv.shape[0]}")
+        return inv / jnp.asarray(scaling.freq_factors, jnp.float32)
     # llama3: keep high frequencies, divide low ones by factor, interpolate in between.
     low_wl = scaling.original_max_position / scaling.low_freq_factor
     high_wl = scaling.original_max_position / scaling.high_freq_factor

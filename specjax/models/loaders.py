@@ -155,11 +155,11 @@ def gguf_config(fields: dict, source: str) -> ModelConfig:
         vocab = len(fields.get("tokenizer.ggml.tokens", []))
     scaling = None
     stype = fields.get(f"{arch}.rope.scaling.type")
-    if stype in ("linear",):
-        scaling = RopeScaling("linear", float(fields[f"{arch}.rope.scaling.factor"]))
-    elif stype not in (None, "none"):
-        raise CheckpointError(f"{source}: unsupported rope scaling type {stype!r}")
     try:
+        if stype in ("linear",):
+            scaling = RopeScaling("linear", float(get("rope.scaling.factor")))
+        elif stype not in (None, "none"):
+            raise CheckpointError(f"{source}: unsupported rope scaling type {stype!r}")
         return ModelConfig(
             vocab_size=int(vocab),
             hidden_size=d,
@@ -176,8 +176,12 @@ def gguf_config(fields: dict, source: str) -> ModelConfig:
             max_position_embeddings=int(get("context_length", 8192)),
             architecture="llama" if arch == "mistral" else arch,
         )
+    except CheckpointError:
+        raise
     except ConfigError as e:
         raise CheckpointError(f"{source}: {e}") from e
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: GGUF metadata has an invalid value ({e})") from None
 
 
 def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dict]:
@@ -203,6 +207,7 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dic
     tensors: dict[str, np.ndarray] = {}
     permute = cfg.architecture == "llama"
     types: dict[str, int] = {}
+    rope_freqs = None  # Llama 3.x: per-frequency RoPE divisors (llama.cpp's rope_freqs)
     for t in reader.tensors:
         types[t.tensor_type.name] = types.get(t.tensor_type.name, 0) + 1
         try:
@@ -229,10 +234,16 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dic
             hf = "model.norm.weight"
         elif name == "output.weight":
             hf = "lm_head.weight"
+        elif name == "rope_freqs.weight":
+            rope_freqs = arr
+            continue
         elif name.startswith("blk."):
             _, idx, rest = name.split(".", 2)
+            if rest == "rope_freqs.weight":  # older converters: a copy in every block
+                rope_freqs = arr
+                continue
             if rest not in _GGUF_LAYER_NAMES:
-                continue  # e.g. rope_freqs: derived from metadata
+                continue
             hf = f"model.layers.{int(idx)}.{_GGUF_LAYER_NAMES[rest]}"
             if permute and rest.startswith(("attn_q.", "attn_k.")):
                 heads = cfg.num_heads if rest.startswith("attn_q.") else cfg.num_kv_heads
@@ -251,6 +262,17 @@ def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, np.ndarray], dic
     fields["_tensor_types"] = types
     if "lm_head.weight" not in tensors:
         cfg = dataclasses.replace(cfg, tie_embeddings=True)
+    if rope_freqs is not None and not np.all(rope_freqs == 1.0):
+        if cfg.rope_scaling is not None or rope_freqs.size != cfg.head_dim // 2:
+            raise CheckpointError(
+                f"{source}: rope_freqs.weight has {rope_freqs.size} entries (head dim "
+                f"{cfg.head_dim} needs {cfg.head_dim // 2})"
+                + (f" and rope scaling {cfg.rope_scaling.kind!r} is set too"
+                   if cfg.rope_scaling is not None else ""))
+        if not np.all(rope_freqs > 0):
+            raise CheckpointError(f"{source}: rope_freqs.weight holds non-positive factors")
+        cfg = dataclasses.replace(cfg, rope_scaling=RopeScaling(
+            "factors", 1.0, freq_factors=tuple(float(x) for x in rope_freqs.reshape(-1))))
     return cfg, tensors, fields
 
 
@@ -280,22 +302,34 @@ def hf_config(config: dict, source: str) -> ModelConfig:
             f"{', '.join(SUPPORTED_ARCHS)}"
         )
     scaling = None
-    rs = config.get("rope_scaling") or None
-    if rs:
-        kind = rs.get("rope_type", rs.get("type"))
-        if kind == "default":
-            scaling = None
-        elif kind == "linear":
-            scaling = RopeScaling("linear", float(rs["factor"]))
-        elif kind == "llama3":
-            scaling = RopeScaling(
-                "llama3", float(rs["factor"]), float(rs.get("low_freq_factor", 1.0)),
-                float(rs.get("high_freq_factor", 4.0)),
-                int(rs.get("original_max_position_embeddings", 8192)),
-            )
-        else:
-            raise CheckpointError(f"{source}: unsupported rope_scaling type {kind!r}")
+    # transformers >= 5 writes "rope_parameters" (rope_theta inside it) instead of
+    # "rope_scaling" + a top-level "rope_theta"; read both spellings
+    rs = config.get("rope_scaling") or config.get("rope_parameters") or None
+    if rs is not None and not isinstance(rs, dict):
+        raise CheckpointError(f"{source}: rope_scaling/rope_parameters must be an object, "
+                              f"got {type(rs).__name__}")
+    if rs and any(isinstance(v, dict) for v in rs.values()):
+        raise CheckpointError(f"{source}: per-layer-type rope_parameters are not supported")
+    theta = config.get("rope_theta", (rs or {}).get("rope_theta", 10000.0))
+    if config.get("attention_bias") and mt in ("llama", "mistral"):
+        # Llama's attention_bias also puts a bias on o_proj, which this model does not have
+        raise CheckpointError(f"{source}: attention_bias=true on a {mt} model (biases on "
+                              "q/k/v and o_proj) is not supported")
     try:
+        if rs:
+            kind = rs.get("rope_type", rs.get("type"))
+            if kind == "default" or (kind is None and "factor" not in rs):
+                scaling = None  # plain rotary embeddings (rope_parameters may hold only theta)
+            elif kind == "linear":
+                scaling = RopeScaling("linear", float(rs["factor"]))
+            elif kind == "llama3":
+                scaling = RopeScaling(
+                    "llama3", float(rs["factor"]), float(rs.get("low_freq_factor", 1.0)),
+                    float(rs.get("high_freq_factor", 4.0)),
+                    int(rs.get("original_max_position_embeddings", 8192)),
+                )
+            else:
+                raise CheckpointError(f"{source}: unsupported rope_scaling type {kind!r}")
         n_head = int(config["num_attention_heads"])
         d = int(config["hidden_size"])
         return ModelConfig(
@@ -306,7 +340,7 @@ def hf_config(config: dict, source: str) -> ModelConfig:
             num_heads=n_head,
             num_kv_heads=int(config.get("num_key_value_heads") or n_head),
             head_dim=int(config.get("head_dim") or d // n_head),
-            rope_theta=float(config.get("rope_theta", 10000.0)),
+            rope_theta=float(theta),
             rope_scaling=scaling,
             rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
             tie_embeddings=bool(config.get("tie_word_embeddings", False)),
@@ -314,12 +348,14 @@ def hf_config(config: dict, source: str) -> ModelConfig:
             max_position_embeddings=int(config.get("max_position_embeddings", 8192)),
             architecture="llama" if mt == "mistral" else mt,
         )
+    except CheckpointError:
+        raise
     except KeyError as e:
         raise CheckpointError(f"{source}: config.json lacks {e.args[0]!r}") from None
-    except (TypeError, ValueError) as e:
-        raise CheckpointError(f"{source}: config.json has an invalid value ({e})") from None
     except ConfigError as e:
         raise CheckpointError(f"{source}: {e}") from e
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{source}: config.json has an invalid value ({e})") from None
 
 
 def read_safetensors(path: Path) -> dict[str, np.ndarray]:

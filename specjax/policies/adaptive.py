@@ -9,7 +9,9 @@ nothing when no ``k`` beats plain decoding. Counts decay every step, so a row th
 drafting drifts back to the prior and probes again.
 
 The default curve was measured for SmolLM2-135M (float32) on the project's 2-core CPU with the
-verify-cost probe described in docs/benchmarks.md; pass your device's curve (``cost=``) elsewhere.
+verify-cost probe described in docs/benchmarks.md; pass your device's curve elsewhere: a tuple
+(``cost=``), or the JSON of ``specjax bench --verify-curve`` (``--method-arg
+cost=curve.json``, or ``cost=curve.json#4`` for the batch-4 curve; :func:`load_cost_curve`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,45 @@ from specjax.drafters.base import DrafterError
 # relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1)
 DEFAULT_COST = (1.0, 1.55, 1.68, 1.63, 1.69, 1.74, 1.85, 1.89, 1.93, 1.96, 2.0, 2.05, 2.08,
                 2.1, 2.12, 2.14, 2.48)
+
+
+def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
+    """The ``cost`` tuple of :class:`AdaptivePolicy` from a ``specjax bench --verify-curve``
+    JSON file: the curve of batch size ``batch`` (default: the smallest measured), linearly
+    interpolated to every block size ``T = 1 .. max k`` of the file.
+
+    Raises:
+      DrafterError: naming the file, when it is missing, not JSON or not a verify curve.
+    """
+    import json
+    from pathlib import Path
+
+    try:
+        curve = json.loads(Path(path).read_text())
+        ks = [int(k) for k in curve["ks"]]
+        rel = {int(b): [float(x) for x in v] for b, v in curve["relative"].items()}
+    except FileNotFoundError:
+        raise DrafterError(f"{path}: verify-curve file not found") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise DrafterError(f"{path}: not a verify-curve JSON (specjax bench --verify-curve): "
+                           f"{type(e).__name__}: {e}") from None
+    b = min(rel) if batch is None else batch
+    if b not in rel:
+        raise DrafterError(f"{path}: no curve for batch {b}; it has batches {sorted(rel)}")
+    ys = rel[b]
+    if len(ys) != len(ks) or not ks or ks[0] != 1 or ks != sorted(set(ks)) or \
+            any(not y > 0 for y in ys):
+        raise DrafterError(f"{path}: the curve needs increasing ks from 1 and one positive "
+                           f"time per k (ks={ks}, batch {b}: {ys})")
+    out = []
+    for T in range(1, ks[-1] + 1):
+        j = next(i for i, k in enumerate(ks) if k >= T)
+        if ks[j] == T:
+            out.append(ys[j])
+        else:  # between ks[j - 1] and ks[j]
+            w = (T - ks[j - 1]) / (ks[j] - ks[j - 1])
+            out.append((1 - w) * ys[j - 1] + w * ys[j])
+    return tuple(round(c / out[0], 4) for c in out)
 
 
 @jax.tree_util.register_dataclass
