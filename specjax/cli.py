@@ -257,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="methods side by side on the same prompts (interleaved)")
     b.add_argument("--config", metavar="FILE.py",
                    help="an experiment config (configs/*.py: get_config() -> BenchConfig); "
-                   "flags after it override its fields")
+                   "the other flags override its fields")
     model_args(b)
     b.add_argument("--methods", default="ar,prompt_lookup",
                    help=f"comma-separated, from: {', '.join(METHODS)} (ar is always included)")
@@ -305,18 +305,33 @@ def cmd_bench(args) -> int:
 
 
 def expand_config(argv: list[str], path: str) -> list[str]:
-    """``bench --config FILE.py REST`` -> ``bench FLAGS-OF-THE-CONFIG REST`` (REST wins)."""
+    """``bench --config FILE.py REST`` -> ``bench FLAGS-OF-THE-CONFIG REST``: the other flags
+    on the command line win (``--method-arg`` adds to the config's). When ``--methods`` is
+    given, the config's method arguments for methods no longer run are dropped."""
+    import dataclasses
+
     from specjax.experiment import load_config
 
     cfg = load_config(path)
-    rest, skip = [], False
-    for i, a in enumerate(argv):
+    rest, skip, methods = [], False, None
+    for a in argv:
+        flag = a.split("=", 1)[0]
         if skip:
             skip = False
-        elif a == "--config":
-            skip = True
-        elif not a.startswith("--config="):
+        elif len(flag) > 2 and "--config".startswith(flag):  # --config, --conf, ...
+            skip = "=" not in a
+        else:
             rest.append(a)
+    for j, a in enumerate(rest):
+        if a == "--methods" and j + 1 < len(rest):
+            methods = rest[j + 1]
+        elif a.startswith("--methods="):
+            methods = a.split("=", 1)[1]
+    if methods is not None:
+        keep = tuple(m.strip() for m in methods.split(",") if m.strip())
+        cfg = dataclasses.replace(cfg, methods=keep or cfg.methods,
+                                  method_args={m: v for m, v in cfg.method_args.items()
+                                               if m in keep})
     i = rest.index("bench")
     return rest[:i + 1] + cfg.to_argv() + rest[i + 1:]
 

@@ -89,6 +89,11 @@ class ModelConfig:
             raise ConfigError(f"rms_norm_eps must be a positive number, got {self.rms_norm_eps}")
         if not self.rope_theta > 0:
             raise ConfigError(f"rope_theta must be > 0, got {self.rope_theta}")
+        rs = self.rope_scaling
+        if rs is not None and rs.freq_factors is not None and \
+                len(rs.freq_factors) != self.head_dim // 2:
+            raise ConfigError(f"rope freq_factors has {len(rs.freq_factors)} entries; head_dim "
+                              f"{self.head_dim} needs {self.head_dim // 2}")
 
     @property
     def num_params(self) -> int:

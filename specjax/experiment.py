@@ -1,8 +1,8 @@
 """Experiment configs: Python files in ``configs/`` that return a frozen dataclass.
 
 A config file defines ``get_config()`` returning a :class:`BenchConfig`; ``specjax bench
---config configs/NAME.py`` runs it, and flags given after ``--config`` override its fields
-(``--method-arg`` adds to them). The file is plain Python, so a config can derive one
+--config configs/NAME.py`` runs it, and the other flags on the command line override its
+fields (``--method-arg`` adds to them). The file is plain Python, so a config can derive one
 experiment from another (``dataclasses.replace``) instead of copying it::
 
     from specjax.experiment import BenchConfig
@@ -63,6 +63,9 @@ class BenchConfig:
                 isinstance(v, Mapping) for v in self.method_args.values()):
             raise ConfigError("method_args must map a method name to a dict of its arguments, "
                               f"got {self.method_args!r}")
+        dotted = [m for m in self.methods if "." in m]
+        if dotted:
+            raise ConfigError(f"method names and labels may not contain '.': {dotted}")
         stray = sorted(set(self.method_args) - set(self.methods))
         if stray:
             raise ConfigError(f"method_args names methods {stray} that are not in methods "
@@ -111,6 +114,8 @@ def load_config(path: str | Path):
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{path}: config file not found")
+    if p.suffix != ".py":
+        raise ConfigError(f"{path}: a config is a Python file (.py) defining get_config()")
     spec = importlib.util.spec_from_file_location(f"specjax_config_{p.stem}", p)
     module = importlib.util.module_from_spec(spec)
     try:

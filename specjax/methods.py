@@ -109,7 +109,7 @@ def build(name: str, lm, args: dict[str, Any] | None = None):
             d_kwargs[key] = _convert(val, d_params[key], key)
         elif key == "cost" and pol_name == "adaptive" and isinstance(val, str) and \
                 val.split("#")[0].endswith(".json"):
-            path, _, b = val.partition("#")
+            path, _, b = val.rpartition("#") if "#" in val else (val, "", "")
             if b and not b.isdigit():
                 raise DrafterError(f"cost=FILE.json#B takes a batch size B, got {val!r}")
             p_kwargs[key] = load_cost_curve(path, int(b) if b else None)

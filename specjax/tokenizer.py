@@ -219,7 +219,10 @@ def tokenizer_from_hf_dir(path, config: dict, source: str) -> Tokenizer:
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
     if template is None and (path / "chat_template.jinja").exists():
         # newer transformers versions save the template beside the config, not inside it
-        template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+        try:
+            template = (path / "chat_template.jinja").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise TokenizerError(f"{path / 'chat_template.jinja'}: cannot read ({e})") from None
     return Tokenizer(
         backend=backend,
         eos_ids=tuple(dict.fromkeys(eos_ids)),

@@ -124,12 +124,14 @@ def test_hf_peer_model_matches_ours(extra):
     peer times (and compares tokens of) a different model."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
+    import dataclasses
     import types
 
     import jax.numpy as jnp
     import numpy as np
 
     from specjax.bench import dense_hf_model
+    from specjax.models.weights import model_from_tensors
 
     cfg = tiny_config(num_layers=2, max_position_embeddings=256, **extra)
     model = random_model(cfg, seed=5)
@@ -142,6 +144,11 @@ def test_hf_peer_model_matches_ours(extra):
     pos = jnp.arange(T, dtype=jnp.int32)[None]
     got = np.asarray(model(jnp.asarray(toks, jnp.int32), pos, cache).logits)
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    # the scaling matters at these positions, so a peer without it would have failed above
+    plain = model_from_tensors(dataclasses.replace(cfg, rope_scaling=None),
+                               model_to_tensors(model), source="no scaling")
+    assert np.abs(np.asarray(plain(jnp.asarray(toks, jnp.int32), pos, cache).logits)
+                  - got).max() > 1e-3
 
 
 def test_verify_curve_command(tmp_path, tiny_gguf):
@@ -311,6 +318,9 @@ def test_configs_reproduce_recorded_runs(path):
     for field in COMPARED:
         assert getattr(ours, field) == getattr(theirs, field), field
     assert sorted(ours.method_arg) == sorted(theirs.method_arg)
+    for field in ("output", "plot", "journal"):  # recorded paths may be absolute
+        a, b = getattr(ours, field), getattr(theirs, field)
+        assert (a and Path(a).name) == (b and Path(b).name), field
 
 
 def test_bench_config_file_and_overrides(tmp_path, tiny_gguf, prompts_file):
@@ -344,3 +354,19 @@ def test_bench_config_file_and_overrides(tmp_path, tiny_gguf, prompts_file):
         BenchConfig(method_args={"early_exit": {"k": 2}})
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "nope.py")
+    (tmp_path / "notes.md").write_text("# not python\n")
+    with pytest.raises(ConfigError, match=r"notes\.md: a config is a Python file"):
+        load_config(tmp_path / "notes.md")
+    with pytest.raises(ConfigError, match="may not contain '.'"):
+        BenchConfig(methods=("ar", "layer_skip@v1.2"))
+
+
+def test_config_methods_override_drops_their_arguments():
+    from specjax.cli import build_parser, expand_config
+
+    trees = str(Path(__file__).resolve().parents[1] / "configs" / "trees.py")
+    argv = expand_config(["bench", "--conf", trees, "--methods", "ar,layer_skip@topk"], trees)
+    args = build_parser().parse_args(argv)
+    assert args.methods == "ar,layer_skip@topk" and args.config is None
+    assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk",
+                                       "layer_skip@topk.tree_width=2"]

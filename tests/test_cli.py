@@ -127,6 +127,9 @@ def test_adaptive_cost_from_verify_curve_json(tmp_path):
     f.write_text("[1, 2]")
     with pytest.raises(DrafterError, match="not a verify-curve JSON"):
         load_cost_curve(str(f))
+    f.write_text('{"ks": [1], "relative": {}}')
+    with pytest.raises(DrafterError, match="holds no batch sizes"):
+        load_cost_curve(str(f))
 
 
 @pytest.mark.real_model

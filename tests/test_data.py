@@ -182,7 +182,8 @@ def test_sharegpt_cut_anywhere_warns_malformed_last_element_fails(tmp_path):
         f.write_text(text[:end], encoding="utf-8")
         with pytest.warns(TruncatedDataWarning, match="read 1 complete"):
             assert len(list(data.read_sharegpt(f, chunk=4096))) == 1
-    for bad in ('{"id": "x", "conversations": [}]}', '{"id": tru}', '{"id": "a" "b"}'):
+    for bad in ('{"id": "x", "conversations": [}]}', '{"id": tru}', '{"id": "a" "b"}',
+                '{"id": "b", tr', '{"id": "a" true', '{"n": 1 2', '{"n": -.'):
         f.write_text("[" + good + ",\n" + bad, encoding="utf-8")
         with pytest.raises(DataError, match=r"cut\.json:2: invalid JSON in element 2"):
             list(data.read_sharegpt(f))

@@ -146,6 +146,10 @@ def test_config_errors():
         tiny_config(head_dim=15)
     with pytest.raises(ConfigError, match="unsupported rope scaling"):
         RopeScaling("yarn", 2.0)
+    with pytest.raises(ConfigError, match="freq_factors has 3 entries; head_dim 16 needs 8"):
+        tiny_config(rope_scaling=RopeScaling("factors", 1.0, freq_factors=(1.0, 2.0, 4.0)))
+    with pytest.raises(ConfigError, match="'factors' needs freq_factors"):
+        RopeScaling("factors", 1.0)
 
 
 # ----------------------------------------------------------------------------- HF parity

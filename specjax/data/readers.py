@@ -243,9 +243,8 @@ def _maybe_incomplete(e: json.JSONDecodeError, buf: str) -> bool:
     return e.msg.startswith("Unterminated string") or e.pos >= len(buf.rstrip()) - 16
 
 
-# what may be left of a cut-off literal or number when a file stops in the middle of one
-_SCALAR_PREFIX = re.compile(r"t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|"
-                            r"-?[0-9]*\.?[0-9]*([eE][-+]?[0-9]*)?")
+# what may be left of a cut-off literal, or of a number before its first digit
+_LITERAL_PREFIX = re.compile(r"t(r(ue?)?)?|f(a(l(se?)?)?)?|n(u(ll?)?)?|-")
 
 
 def _truncated_at_eof(e: json.JSONDecodeError, buf: str) -> bool:
@@ -253,9 +252,15 @@ def _truncated_at_eof(e: json.JSONDecodeError, buf: str) -> bool:
     (truncation) rather than that the value is malformed."""
     if e.msg.startswith("Unterminated string"):
         return True
+    tail = buf[e.pos:].rstrip()
     if e.msg.startswith("Invalid \\uXXXX escape"):  # e.pos is at the "u"
-        return re.fullmatch(r"u[0-9a-fA-F]{0,4}", buf[e.pos:]) is not None
-    return _SCALAR_PREFIX.fullmatch(buf[e.pos:].strip()) is not None
+        return re.fullmatch(r"u[0-9a-fA-F]{0,4}", tail) is not None
+    if e.msg.startswith("Expecting value"):  # a literal cut short, or a lone minus
+        return tail == "" or _LITERAL_PREFIX.fullmatch(tail) is not None
+    if e.msg.startswith("Expecting ',' delimiter") and e.pos and buf[e.pos - 1].isdigit():
+        # a number cut after its digits: "1." or "1e" / "1e+" are left unparsed
+        return re.fullmatch(r"\.|[eE][-+]?", tail) is not None or tail == ""
+    return tail == ""  # cut right where more must follow (a key, a colon, a value)
 
 
 def iter_json_values(path: str | Path, what: str = "conversations", chunk: int = 1 << 20

@@ -310,7 +310,8 @@ def hf_config(config: dict, source: str) -> ModelConfig:
                               f"got {type(rs).__name__}")
     if rs and any(isinstance(v, dict) for v in rs.values()):
         raise CheckpointError(f"{source}: per-layer-type rope_parameters are not supported")
-    theta = config.get("rope_theta", (rs or {}).get("rope_theta", 10000.0))
+    theta = config.get("rope_theta", (config.get("rope_parameters") or rs or {}).get(
+        "rope_theta", 10000.0))
     if config.get("attention_bias") and mt in ("llama", "mistral"):
         # Llama's attention_bias also puts a bias on o_proj, which this model does not have
         raise CheckpointError(f"{source}: attention_bias=true on a {mt} model (biases on "

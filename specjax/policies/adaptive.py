@@ -48,6 +48,8 @@ def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise DrafterError(f"{path}: not a verify-curve JSON (specjax bench --verify-curve): "
                            f"{type(e).__name__}: {e}") from None
+    if not rel:
+        raise DrafterError(f"{path}: the verify curve holds no batch sizes under 'relative'")
     b = min(rel) if batch is None else batch
     if b not in rel:
         raise DrafterError(f"{path}: no curve for batch {b}; it has batches {sorted(rel)}")
