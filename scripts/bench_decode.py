@@ -1,4 +1,4 @@
-"""Benchmark of plain decoding: specjax (float32, bfloat16) vs Hugging Face transformers.
+"""Benchmark of plain decoding: specjax (float32, bfloat16, w8a8) vs Hugging Face transformers.
 
 Everything runs in one process on the same prompts, interleaved over repeats so machine drift
 hits every configuration alike. Reports decode tokens/s (median and spread), prefill tokens/s,
@@ -46,15 +46,35 @@ def measure_read_bandwidth(mb: int = 512, reps: int = 5) -> float:
     return n * n * 4 / min(ts) / 1e9
 
 
+def weight_bytes_read(model) -> int:
+    """Bytes of parameters one decode step reads: every weight, except the embedding table
+    when the LM head is another matrix (untied, or the int8 copy of a quantized model): a
+    token's embedding is a single row."""
+    import jax
+    from flax import nnx
+
+    total = sum(a.nbytes for a in jax.tree.leaves(nnx.state(model, nnx.Param)))
+    unread = 0
+    if model.head_q is not None:
+        unread = model.embed[...].nbytes + (
+            0 if model.lm_head is None else model.lm_head[...].nbytes)
+    elif model.lm_head is not None:
+        unread = model.embed[...].nbytes
+    return total - unread
+
+
 def specjax_runner(dtype_name: str, ids, max_new: int):
+    """``dtype_name``: float32 | bfloat16 (compute dtype) | w8a8 (float32 compute, int8
+    weights and activations in the linear layers and the LM head)."""
     import jax.numpy as jnp
 
     from specjax.engine import generate
     from specjax.models.loaders import load
 
-    dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype_name]
-    lm = load("smollm2-135m", dtype=dtype)
-    weight_bytes = lm.config.num_params * jnp.dtype(dtype).itemsize
+    quantize = "w8a8" if dtype_name == "w8a8" else None
+    dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "w8a8": jnp.float32}[dtype_name]
+    lm = load("smollm2-135m", dtype=dtype, quantize=quantize)
+    weight_bytes = weight_bytes_read(lm.model)
     compile_s = generate(lm.model, ids[:1], max_new_tokens=max_new).compile_s
 
     def run(p):
@@ -118,8 +138,8 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--configs", default="specjax-float32,specjax-bfloat16,hf-float32,hf-bfloat16,"
-                                         "hfgguf-float32")
+    ap.add_argument("--configs", default="specjax-float32,specjax-w8a8,specjax-bfloat16,"
+                                         "hf-float32,hf-bfloat16,hfgguf-float32")
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
 
@@ -174,6 +194,10 @@ def main(argv=None):
             "compile_s": meta[name]["compile_s"],
             "same_tokens_as_first_config": all(
                 r["tokens"] == t for r, t in zip(rs, ref_tokens)),
+            # per prompt: how many leading tokens equal the first configuration's
+            "common_prefix_with_first_median": statistics.median(
+                next((i for i, (a, b) in enumerate(zip(r["tokens"], t)) if a != b),
+                     min(len(r["tokens"]), len(t))) for r, t in zip(rs, ref_tokens)),
         }
         if "weight_bytes" in meta[name]:
             avg_ctx = np.mean([len(p) for p in PROMPTS_IDS]) + args.max_new_tokens / 2

@@ -33,18 +33,30 @@ def decode_section(d: dict) -> list[str]:
         f"- measured float32 matrix-vector read bandwidth: {d['read_bandwidth_GBps']:.1f} GB/s",
         "",
         "| configuration | decode tok/s (median) | min-max | prefill tok/s | compile s | "
-        "vs transformers f32 | of bandwidth limit |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "vs transformers f32 | of bandwidth limit | same tokens as first row |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
+    first = d["results"][0]["config"]
     for r in d["results"]:
+        if r["config"] == first:
+            same = "-"
+        elif r.get("same_tokens_as_first_config"):
+            same = "yes"
+        elif "common_prefix_with_first_median" in r:
+            same = (f"no: first {r['common_prefix_with_first_median']:.0f} of "
+                    f"{d['max_new_tokens']} (median)")
+        else:
+            same = "no"
         out.append(
             f"| {r['config']} | {r['decode_tok_s_median']:.1f} | "
             f"{r['decode_tok_s_min']:.1f}-{r['decode_tok_s_max']:.1f} | "
             f"{r['prefill_tok_s_median']:.0f} | {r['compile_s']:.1f} | "
             f"{fmt(r.get('vs_hf_float32'), '.2f')}x | "
-            f"{fmt(r.get('fraction_of_bandwidth_limit'), '.0%')} |")
+            f"{fmt(r.get('fraction_of_bandwidth_limit'), '.0%')} | {same} |")
     out += [
         "",
+        "`specjax-w8a8`: int8 weights and int8 activations in the linear layers and LM head "
+        "(`--quantize w8a8`), float32 elsewhere. "
         "`hf-*`: a dense transformers `LlamaForCausalLM` holding the same dequantized weights; "
         "`hfgguf-*`: transformers' own GGUF loading, which keeps the weights packed (Q4_1/Q8_0) "
         "and runs its quantized kernels. Bandwidth limit = measured read bandwidth / (bytes of "
@@ -119,16 +131,18 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     return out
 
 
-def verify_curve_section(d: dict, png: str | None) -> list[str]:
+def verify_curve_section(d: dict, png: str | None, name: str = "verify_curve") -> list[str]:
     ks = d["ks"]
+    q = d.get("quantize", "none")
+    what = "" if q == "none" else f", {q} weights"
     out = [
-        "## Verify-cost curve (one target forward over k tokens, relative to k = 1)",
+        f"## Verify-cost curve{what} (one target forward over k tokens, relative to k = 1)",
         "",
         f"- date: {d['date']}; machine: {d['machine']}; device: {d['device']}; jax {d['jax']}",
         f"- command: `{d['command']}`",
-        f"- model {d.get('model')}, {d['prefix']} committed tokens in the cache under the "
-        "timed forward; median of repeated runs after compile and warm-up. The adaptive "
-        "policy reads this file with `--method-arg cost=docs/results/verify_curve.json`.",
+        f"- model {d.get('model')}{what}, {d['prefix']} committed tokens in the cache under "
+        "the timed forward; median of repeated runs after compile and warm-up. The adaptive "
+        f"policy reads this file with `--method-arg cost=docs/results/{name}.json`.",
         "",
         "| batch | k = 1 (ms) | " + " | ".join(f"k = {k}" for k in ks) + " |",
         "| ---: | ---: | " + " | ".join("---:" for _ in ks) + " |",
@@ -214,15 +228,16 @@ def main():
                         ("bench_spec_bench_full", "Spec-Bench full question file (480 "
                                                   "questions), every method, 128 tokens"),
                         ("bench_spec_bench", "Spec-Bench subset (10 questions per category, "
-                                             "64 tokens)")):
+                                             "64 tokens)"),
+                        ("bench_builtin_w8a8", "Speculative methods on the built-in prompts, "
+                                               "w8a8 target (`--quantize w8a8`)")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
-    f = RES / "verify_curve.json"
-    if f.exists():
-        png = "verify_curve.png" if (RES / "verify_curve.png").exists() else None
-        lines += verify_curve_section(json.loads(f.read_text()), png)
+    for f in sorted(RES.glob("verify_curve*.json")):
+        png = f"{f.stem}.png" if (RES / f"{f.stem}.png").exists() else None
+        lines += verify_curve_section(json.loads(f.read_text()), png, f.stem)
     f = RES / "sweep_self_spec.json"
     if f.exists():
         lines += sweep_section(json.loads(f.read_text()))

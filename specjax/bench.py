@@ -84,18 +84,26 @@ def parse_bench_method_args(items: list[str], methods: list[str]) -> dict[str, d
     return out
 
 
-def parse_batch_sizes(text: str | None) -> list[int]:
-    """``"1,4,16"`` -> ``[1, 4, 16]`` (sorted, unique); None or '' -> ``[]``."""
-    if not text:
+def parse_positive_ints(text: str | None, flag: str, strict: bool = False) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]``: integers >= 1. ``strict``: given in increasing order
+    without repeats and at least one (for curve axes, where a shuffled list is a typo);
+    otherwise sorted and deduplicated, and None or '' -> ``[]``."""
+    if not text and not strict:
         return []
     try:
-        out = sorted({int(x) for x in text.split(",") if x.strip()})
+        vals = [int(x) for x in (text or "").split(",") if x.strip()]
     except ValueError:
-        raise BenchError(f"--batch-sizes must be comma-separated integers, got {text!r}"
-                         ) from None
-    if not out or out[0] < 1:
-        raise BenchError(f"--batch-sizes must be integers >= 1, got {text!r}")
-    return out
+        raise BenchError(f"{flag} takes comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise BenchError(f"{flag} takes integers >= 1, got {text!r}")
+    if strict and vals != sorted(set(vals)):
+        raise BenchError(f"{flag} takes increasing integers >= 1, got {text!r}")
+    return sorted(set(vals))
+
+
+def parse_batch_sizes(text: str | None) -> list[int]:
+    """``"1,4,16"`` -> ``[1, 4, 16]`` (sorted, unique); None or '' -> ``[]``."""
+    return parse_positive_ints(text, "--batch-sizes")
 
 
 @dataclasses.dataclass
@@ -598,8 +606,8 @@ def main_bench(args, argv) -> int:
     from specjax.methods import METHODS
 
     if args.verify_curve:
-        ks = _positive_ints(args.curve_ks, "--curve-ks")
-        bs = _positive_ints(args.curve_batches, "--curve-batches")
+        ks = parse_positive_ints(args.curve_ks, "--curve-ks", strict=True)
+        bs = parse_positive_ints(args.curve_batches, "--curve-batches", strict=True)
         if ks[0] != 1:
             raise BenchError(f"--curve-ks must start with 1 (times are relative to k = 1), "
                              f"got {args.curve_ks!r}")
@@ -610,6 +618,7 @@ def main_bench(args, argv) -> int:
             curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix, progress=bar.update)
         curve.update(environment(argv))
         curve["model"] = args.model
+        curve["quantize"] = getattr(args, "quantize", "none")
         for B, rel in curve["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(curve["ks"], rel)))
@@ -630,6 +639,9 @@ def main_bench(args, argv) -> int:
     if args.repeats < 1:
         raise BenchError(f"--repeats must be >= 1, got {args.repeats}")
     margs = parse_bench_method_args(args.method_arg, methods)
+    if args.peer and getattr(args, "quantize", "none") != "none":
+        raise BenchError(f"--peer {args.peer} runs the float weights, so it cannot stand beside "
+                         f"a --quantize {args.quantize} target; drop one of the two")
     batch_sizes = parse_batch_sizes(getattr(args, "batch_sizes", None))
     if args.batch_size < 1:
         raise BenchError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -650,7 +662,10 @@ def main_bench(args, argv) -> int:
             "n_prompts": len(items), "prompts_sha1": prompts_digest(items),
             "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
             "batch_sizes": batch_sizes, "temperature": args.temperature,
-            "repeats": args.repeats, "peer": args.peer, "dtype": getattr(args, "dtype", None)})
+            "repeats": args.repeats, "peer": args.peer, "dtype": getattr(args, "dtype", None),
+            # only when set, so journals written before the flag existed still resume
+            **({"quantize": args.quantize} if getattr(args, "quantize", "none") != "none"
+               else {})})
     if args.time_limit is not None and args.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {args.time_limit}")
     if args.time_limit == 0 and not args.journal:
@@ -673,7 +688,8 @@ def main_bench(args, argv) -> int:
     summary.update({"model": args.model, "max_new_tokens": args.max_new_tokens,
                     "batch_size": args.batch_size, "batch_sizes": batch_sizes,
                     "temperature": args.temperature,
-                    "repeats": args.repeats, "prompts": args.prompts, "n_prompts": len(items)})
+                    "repeats": args.repeats, "prompts": args.prompts, "n_prompts": len(items),
+                    "quantize": getattr(args, "quantize", "none")})
     print(format_table(summary))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
@@ -690,17 +706,6 @@ def prompts_digest(items: list[dict]) -> str:
     for it in items:
         h.update(json.dumps([str(it["id"]), it["category"], it["prompt"]]).encode())
     return h.hexdigest()
-
-
-def _positive_ints(text: str, flag: str) -> list[int]:
-    """``"1,2,4"`` -> ``[1, 2, 4]``: distinct, increasing, each >= 1."""
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise BenchError(f"{flag} takes comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1 or vals != sorted(set(vals)):
-        raise BenchError(f"{flag} takes increasing integers >= 1, got {text!r}")
-    return vals
 
 
 def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,

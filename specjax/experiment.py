@@ -40,6 +40,7 @@ class BenchConfig:
     method_args: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
     model: str = "smollm2-135m"
     dtype: str = "float32"
+    quantize: str = "none"
     prompts: str = "builtin"
     categories: tuple[str, ...] | None = None
     limit: int | None = None
@@ -78,6 +79,8 @@ class BenchConfig:
             raise ConfigError(f"limit must be an integer >= 1 or None, got {self.limit!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if self.quantize not in ("none", "w8a8"):
+            raise ConfigError(f"quantize must be 'none' or 'w8a8', got {self.quantize!r}")
         if self.peer not in (None, "hf"):
             raise ConfigError(f"peer must be None or 'hf', got {self.peer!r}")
         for name in ("categories", "batch_sizes"):
@@ -92,6 +95,8 @@ class BenchConfig:
                "--max-new-tokens", str(self.max_new_tokens), "--batch-size",
                str(self.batch_size), "--temperature", _fmt(self.temperature),
                "--repeats", str(self.repeats)]
+        if self.quantize != "none":
+            out += ["--quantize", self.quantize]
         for method, kv in self.method_args.items():
             for key, val in kv.items():
                 out += ["--method-arg", f"{method}.{key}={_fmt(val)}"]

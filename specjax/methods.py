@@ -124,6 +124,10 @@ def build(name: str, lm, args: dict[str, Any] | None = None):
                 f"method {name!r} does not take {key!r}; it accepts: {', '.join(accepted)}"
             )
     drafter = factory(lm, **d_kwargs)
+    if pol_name == "adaptive" and "cost" not in p_kwargs:  # the curve that fits the target
+        from specjax.policies.adaptive import default_cost
+
+        p_kwargs["cost"] = default_cost(lm)
     policy = pol_cls[pol_name](drafter.max_k, **p_kwargs)
     return drafter, policy
 

@@ -124,7 +124,10 @@ def spec_prefill(target, drafter, dparams, policy, tokens, lengths, max_new, key
 
 
 def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temperature, top_k,
-              top_p, eos_ids, K):
+              top_p, eos_ids, K, max_steps=None):
+    """Runs draft -> verify -> commit steps until every row is done (or, when ``max_steps``
+    is given, until ``state.step`` reaches it: a debugging/testing hook to inspect the state
+    after any step; the loop resumes from the returned state)."""
     S = state.cache.max_len
     B, Ls = state.seq.shape
     spec = tree_spec(drafter)
@@ -140,7 +143,10 @@ def spec_loop(target, drafter, dparams, policy, state: SpecState, greedy, temper
         rule = spec.sibling
 
     def cond(s: SpecState):
-        return jnp.any(~s.done)
+        go = jnp.any(~s.done)
+        if max_steps is not None:
+            go = go & (s.step < max_steps)
+        return go
 
     def body(s: SpecState):
         live = ~s.done
@@ -257,8 +263,8 @@ def spec_prefill_jit(params, dparams, tokens, lengths, max_new, keys, temperatur
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "drafter", "policy", "greedy",
                                              "eos_ids", "K"), donate_argnames=("state",))
-def spec_loop_jit(params, dparams, state, temperature, top_k, top_p, *, graphdef, drafter,
-                  policy, greedy, eos_ids, K):
+def spec_loop_jit(params, dparams, state, temperature, top_k, top_p, max_steps=None, *,
+                  graphdef, drafter, policy, greedy, eos_ids, K):
     target = nnx.merge(graphdef, params)
     return spec_loop(target, drafter, dparams, policy, state, greedy, temperature, top_k, top_p,
-                     eos_ids, K)
+                     eos_ids, K, max_steps)

@@ -42,6 +42,16 @@ def sharp_tiny_pair():
     return model_from_tensors(cfg, t, source="test"), random_model(cfg, seed=6)
 
 
+def noisy_copy(model, scale, seed=7):
+    """The model with Gaussian noise (``scale`` times each tensor's std) on every weight."""
+    from specjax.models.weights import model_from_tensors, model_to_tensors
+
+    rng = np.random.default_rng(seed)
+    t = {k: v + scale * v.std() * rng.standard_normal(v.shape).astype(np.float32)
+         for k, v in model_to_tensors(model).items()}
+    return model_from_tensors(model.cfg, t, source="noisy copy")
+
+
 def three_token_law(target, prompt):
     """Exact p(x1) p(x2|x1) p(x3|x1,x2) over the 512 cells of an 8-token vocabulary."""
     grid = np.array(list(itertools.product(range(8), repeat=3)))
@@ -81,15 +91,29 @@ def full_cache(model, seq):
                  model.init_cache(B, T)).cache
 
 
-def check_cache_after_every_budget(target, d, budgets, seed=3):
-    """Runs the speculative loop for each budget and checks every row's committed cache
-    against one causal forward over the row's whole sequence (entries before ``n`` do not
-    depend on later tokens)."""
+def _check_rows(cache, ref, limits, what):
+    for b, n in enumerate(limits):
+        for layer in range(len(cache.k)):
+            for name in ("k", "v"):
+                got = np.asarray(getattr(cache, name)[layer][b, :n])
+                want = np.asarray(getattr(ref, name)[layer][b, :n])
+                np.testing.assert_allclose(got, want, atol=2e-5,
+                                           err_msg=f"{what}: row {b}, layer {layer}, {name}")
+
+
+def check_cache_after_every_step(target, d, budgets, seed=3):
+    """Runs the speculative loop one step at a time (``max_steps``) for each budget and, after
+    every committed step, checks every row's committed target cache against one causal forward
+    over the row's whole sequence (entries before ``n`` do not depend on later tokens). A
+    drafter that keeps its own KV cache (draft_model) is checked the same way against the draft
+    model, over the entries its next proposal relies on (all but the newest committed one)."""
+    from specjax.cache import KVCache
     from specjax.policies.fixed import FixedPolicy
     from specjax.speculative import spec_loop_jit, spec_prefill_jit
 
     pol = FixedPolicy(d.max_k)
     graphdef, params = nnx.split(target)
+    draft_model = nnx.merge(d.graphdef, d.params()) if hasattr(d, "graphdef") else None
     ps = mixed_prompts(3, seed=seed)
     B, P, S = 3, 32, 96
     toks = np.zeros((B, P), np.int32)
@@ -97,18 +121,25 @@ def check_cache_after_every_budget(target, d, budgets, seed=3):
         toks[i, :len(p)] = p
     lens = np.array([len(p) for p in ps], np.int32)
     args = dict(graphdef=graphdef, drafter=d, policy=pol, greedy=True, eos_ids=(), K=d.max_k)
+    steps_seen = 0
     for budget in budgets:
         st = spec_prefill_jit(params, d.params(), toks, lens, jnp.full((B,), budget),
                               jnp.zeros((B, 2), jnp.uint32), 1.0, 0, 1.0, cache_len=S, **args)
-        st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, **args)
-        seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
-        cl = np.asarray(st.cache.lengths)
-        assert (cl == seq_len - 1).all()
-        ref = full_cache(target, jnp.asarray(seq[:, :S]))
-        for b in range(B):
-            n = int(cl[b])
-            for layer in range(CFG.num_layers):
-                np.testing.assert_allclose(np.asarray(st.cache.k[layer][b, :n]),
-                                           np.asarray(ref.k[layer][b, :n]), atol=2e-5)
-                np.testing.assert_allclose(np.asarray(st.cache.v[layer][b, :n]),
-                                           np.asarray(ref.v[layer][b, :n]), atol=2e-5)
+        first = True
+        while first or not bool(np.asarray(st.done).all()):
+            step = int(st.step)
+            if not first:
+                st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, jnp.int32(step + 1),
+                                   **args)
+                assert int(st.step) == step + 1
+                steps_seen += 1
+            first = False  # the prefill's cache is checked too (budget 1 takes no step)
+            seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
+            cl = np.asarray(st.cache.lengths)
+            assert (cl == seq_len - 1).all()
+            what = f"budget {budget}, after step {int(st.step)}"
+            _check_rows(st.cache, full_cache(target, jnp.asarray(seq[:, :S])), cl, what)
+            if isinstance(st.dstate, KVCache) and draft_model is not None:
+                _check_rows(st.dstate, full_cache(draft_model, jnp.asarray(seq[:, :S])),
+                            np.maximum(cl - 1, 0), "draft cache, " + what)
+    assert steps_seen >= len(budgets) + 1  # some budget took more than one step

@@ -68,6 +68,35 @@ def test_bench_end_to_end(tmp_path, tiny_gguf, prompts_file, capsys):
     assert "speedup" in capsys.readouterr().out
 
 
+def test_bench_w8a8_target(tmp_path, tiny_gguf, prompts_file, capsys):
+    """--quantize w8a8: the run works, says it is not token-identical, records the setting
+    (the journal too), and the adaptive policy gets the w8a8 cost curve."""
+    from specjax.methods import build
+    from specjax.models.loaders import load
+    from specjax.policies.adaptive import DEFAULT_COST, DEFAULT_COST_W8A8
+
+    out, journal = tmp_path / "q.json", tmp_path / "q.journal.jsonl"
+    assert main(["bench", "--model", str(tiny_gguf), "--quantize", "w8a8", "--methods",
+                 "ar,prompt_lookup", "--prompts", str(prompts_file), "--max-new-tokens", "6",
+                 "--repeats", "1", "--output", str(out), "--journal", str(journal)]) == 0
+    assert "not token-identical" in capsys.readouterr().err
+    assert "--quantize w8a8" in json.loads(out.read_text())["command"]
+    assert json.loads(journal.read_text().splitlines()[0])["header"]["quantize"] == "w8a8"
+    assert json.loads(out.read_text())["quantize"] == "w8a8"
+    # the journal will not mix float runs into a w8a8 table
+    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
+                 "--prompts", str(prompts_file), "--max-new-tokens", "6", "--repeats", "1",
+                 "--journal", str(journal)]) == 2
+    assert "quantize" in capsys.readouterr().err
+    assert main(["bench", "--model", str(tiny_gguf), "--quantize", "w8a8", "--peer", "hf",
+                 "--prompts", str(prompts_file)]) == 2
+    assert "cannot stand beside" in capsys.readouterr().err
+    q = load(tiny_gguf, quantize="w8a8")
+    assert build("prompt_lookup", q)[1].cost == DEFAULT_COST_W8A8
+    assert build("prompt_lookup", load(tiny_gguf))[1].cost == DEFAULT_COST
+    assert build("prompt_lookup", q, {"cost": "1,1.5"})[1].cost == (1.0, 1.5)
+
+
 def test_identical_flag_catches_a_wrong_method(tmp_path, tiny_gguf, prompts_file, monkeypatch):
     """Plant a method whose output is wrong: the flag must say so."""
     import specjax.engine
@@ -168,12 +197,17 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
 
 
 def test_batch_size_sweep_helpers():
-    from specjax.bench import parse_batch_sizes, sweep_batches
+    from specjax.bench import parse_batch_sizes, parse_positive_ints, sweep_batches
 
     assert parse_batch_sizes("4,1,4") == [1, 4] and parse_batch_sizes(None) == []
     for bad in ("0,2", "a,b"):
         with pytest.raises(BenchError, match="--batch-sizes"):
             parse_batch_sizes(bad)
+    # strict (curve axes): order and repeats are typos, and an empty list is an error
+    assert parse_positive_ints("1, 2,8", "--k", strict=True) == [1, 2, 8]
+    for bad in ("1,4,2", "1,1", "", "0,1"):
+        with pytest.raises(BenchError, match="--k"):
+            parse_positive_ints(bad, "--k", strict=True)
     # every batch is full, cycling through the prompts; B = 1 reuses the per-category runs
     assert sweep_batches(3, [1, 2, 4], batch_size=1) == {2: [[0, 1], [2, 0]], 4: [[0, 1, 2, 0]]}
     assert sweep_batches(3, [1], batch_size=2) == {1: [[0], [1], [2]]}
@@ -370,3 +404,13 @@ def test_config_methods_override_drops_their_arguments():
     assert args.methods == "ar,layer_skip@topk" and args.config is None
     assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk",
                                        "layer_skip@topk.tree_width=2"]
+
+
+def test_bench_config_quantize_field():
+    from specjax.experiment import BenchConfig, ConfigError
+
+    argv = BenchConfig(quantize="w8a8").to_argv()
+    assert argv[argv.index("--quantize") + 1] == "w8a8"
+    assert "--quantize" not in BenchConfig().to_argv()  # recorded runs expand as before
+    with pytest.raises(ConfigError, match="quantize must be"):
+        BenchConfig(quantize="int4")

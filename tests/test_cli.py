@@ -34,6 +34,8 @@ def test_cli_errors_are_clear(capsys, tmp_path):
     assert "--method 'medusa' is not available" in capsys.readouterr().err
     assert main(["generate", "--temperature", "-1", "--prompt", "x"]) == 2
     assert "temperature must be" in capsys.readouterr().err
+    assert main(["generate", "--quantize", "int4", "--prompt", "x"]) == 2
+    assert "--quantize must be none or w8a8" in capsys.readouterr().err
 
 
 @pytest.mark.real_model

@@ -111,8 +111,11 @@ def truncated_copy(target_model, num_layers: int):
         if not k.startswith("model.layers.") or int(k.split(".")[2]) < num_layers
     }
     small = dataclasses.replace(cfg, num_layers=num_layers)
-    return model_from_tensors(small, tensors, source=f"first {num_layers} layers of the target",
-                              dtype=target_model.dtype)
+    from specjax.models.quant import quantization_of, quantize
+
+    out = model_from_tensors(small, tensors, source=f"first {num_layers} layers of the target",
+                             dtype=target_model.dtype)
+    return quantize(out, quantization_of(target_model))  # as precise as the target
 
 
 @register("draft_model")
@@ -137,7 +140,11 @@ def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None
         else:
             from specjax.models.loaders import load
 
-            lm, desc = load(draft_model, dtype=target.dtype), str(draft_model)
+            from specjax.models.quant import quantization_of
+
+            # a checkpoint path is loaded as precise as the target (a given model is used as is)
+            lm, desc = load(draft_model, dtype=target.dtype,
+                            quantize=quantization_of(target)), str(draft_model)
         dm = lm.model
         tok_t = getattr(target_lm, "tokenizer", None)
         if tok_t is not None and lm.tokenizer is not None and tok_t.vocab_size != \

@@ -93,16 +93,52 @@ def rms_norm(x: Array, w: Array, eps: float) -> Array:
     return (y * w.astype(jnp.float32)).astype(x.dtype)
 
 
-def linear(x: Array, w: Array, dtype) -> Array:
+def linear(x: Array, w: Array, dtype, scale: Array | None = None) -> Array:
     """``x @ w.T`` with ``w`` stored ``[out, in]`` (the checkpoint layout).
 
     Computed as ``(w @ x.T).T``: on XLA:CPU this orientation runs the small-row products of
     decode and verification about twice as fast as ``x @ w.T`` (see docs/benchmarks.md).
+
+    With ``scale`` (``float32[out]``), ``w`` is int8 (:mod:`specjax.models.quant`, ``w8a8``):
+    each row of ``x`` is quantized to int8 with its own scale (``max |x| / 127``), the product
+    accumulates in int32 and is rescaled by both scales.
     """
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
+    if scale is not None:
+        return w8a8_matmul(x2, w, scale).astype(dtype).reshape(*lead, w.shape[0])
     y = jnp.einsum("oi,ti->ot", w.astype(dtype), x2, preferred_element_type=dtype)
     return y.T.reshape(*lead, w.shape[0])
+
+
+def quantize_rows(x: Array) -> tuple[Array, Array]:
+    """Symmetric int8 quantization of each row: ``(int8 values, float32 scale [rows, 1])``
+    with ``x ~= values * scale`` (an all-zero row gets scale 1)."""
+    xf = x.astype(jnp.float32)
+    amax = jnp.max(jnp.abs(xf), axis=-1, keepdims=True)
+    scale = jnp.where(amax > 0, amax / 127.0, 1.0)
+    return jnp.clip(jnp.round(xf / scale), -127, 127).astype(jnp.int8), scale
+
+
+def w8a8_matmul(x: Array, w: Array, w_scale: Array) -> Array:
+    """``float32[t, out]`` ~= ``x @ (w * w_scale[:, None]).T`` for int8 ``w`` ``[out, in]``:
+    the rows of ``x`` are quantized on the fly and the product runs int8 x int8 -> int32.
+
+    Computed as ``x @ w.T`` (unlike the float path, this orientation is the faster one for
+    the integer product on XLA:CPU), and a single row is padded to two: XLA:CPU lowers a
+    one-row int8 product to a slow generic loop (about 10x slower than float32), two rows to
+    its fast integer matmul (docs/benchmarks.md)."""
+    t = x.shape[0]
+    xq, xs = quantize_rows(x)
+    if t == 1:
+        xq = jnp.concatenate([xq, jnp.zeros_like(xq)], axis=0)
+    acc = jax.lax.dot_general(xq, w, (((1,), (1,)), ((), ())),
+                              preferred_element_type=jnp.int32)[:t]
+    return acc.astype(jnp.float32) * xs * w_scale.astype(jnp.float32)[None]
+
+
+def _scale(p):
+    return None if p is None else p[...]
 
 
 class Attention(nnx.Module):
@@ -115,6 +151,9 @@ class Attention(nnx.Module):
         self.wo = nnx.Param(init(rngs.params(), (d, h * hd), param_dtype))
         self.bqkv = (nnx.Param(jnp.zeros(((h + 2 * kvh) * hd,), param_dtype))
                      if cfg.attention_bias else None)
+        # per-row scales of int8 weights (specjax.models.quant); None: float weights
+        self.wqkv_scale = nnx.data(None)
+        self.wo_scale = nnx.data(None)
         self.num_heads, self.num_kv_heads, self.head_dim = h, kvh, hd
 
     def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype,
@@ -126,7 +165,7 @@ class Attention(nnx.Module):
         ``prefix_empty`` (static): every row's prefix is empty (prefill), skip that part."""
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = linear(x, self.wqkv[...], dtype)
+        qkv = linear(x, self.wqkv[...], dtype, _scale(self.wqkv_scale))
         if self.bqkv is not None:
             qkv = qkv + self.bqkv[...].astype(dtype)
         q, k, v = jnp.split(qkv, [h * hd, (h + kvh) * hd], axis=-1)
@@ -152,7 +191,8 @@ class Attention(nnx.Module):
         else:
             out = split_attention(q.reshape(B, T, kvh, h // kvh, hd), k_cache, v_cache,
                                   lengths, k_win, v_win, mask, dtype, prefix_empty)
-        out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype)
+        out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype,
+                     _scale(self.wo_scale))
         return out, k_cache, v_cache, k, v
 
 
@@ -198,10 +238,14 @@ class MLP(nnx.Module):
         init = nnx.initializers.normal(0.02)
         self.w_gate_up = nnx.Param(init(rngs.params(), (2 * f, d), param_dtype))  # [gate; up]
         self.w_down = nnx.Param(init(rngs.params(), (d, f), param_dtype))
+        self.w_gate_up_scale = nnx.data(None)  # int8 weights: per-row scales (specjax.models.quant)
+        self.w_down_scale = nnx.data(None)
 
     def __call__(self, x, dtype):
-        gate, up = jnp.split(linear(x, self.w_gate_up[...], dtype), 2, axis=-1)
-        return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype)
+        gate, up = jnp.split(linear(x, self.w_gate_up[...], dtype,
+                                    _scale(self.w_gate_up_scale)), 2, axis=-1)
+        return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype,
+                      _scale(self.w_down_scale))
 
 
 class Block(nnx.Module):
@@ -248,6 +292,11 @@ class Llama(nnx.Module):
                 nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
                                               param_dtype)
             )
+        # weight quantization (specjax.models.quant.quantize): "none" or "w8a8"; with w8a8 the
+        # LM head is an int8 copy of the (tied or untied) head matrix with per-row scales
+        self.quantization = "none"
+        self.head_q = nnx.data(None)
+        self.head_scale = nnx.data(None)
 
     def set_attention_impl(self, name: str) -> None:
         if name not in ATTENTION_IMPLS:
@@ -262,6 +311,8 @@ class Llama(nnx.Module):
 
     def head(self, h: Array) -> Array:
         """LM head on already-normed hidden states; float32 logits."""
+        if getattr(self, "head_q", None) is not None:
+            return linear(h, self.head_q[...], jnp.float32, self.head_scale[...])
         w = self.embed[...] if self.lm_head is None else self.lm_head[...]
         return jnp.einsum("...d,vd->...v", h.astype(self.dtype), w.astype(self.dtype),
                           preferred_element_type=jnp.float32)

@@ -56,14 +56,30 @@ def resolve_preset(name: str) -> Path:
     return path
 
 
-def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None) -> LoadedModel:
+def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
+         quantize: str | None = None) -> LoadedModel:
     """Loads a model by preset name, GGUF file path, or Hugging Face directory.
 
     Args:
       spec: ``"smollm2-135m"``, ``"path/model.gguf"`` or ``"path/hf_dir"``.
       dtype: compute dtype (float32 default, bfloat16 option).
       param_dtype: storage dtype of the weights (default: ``dtype``).
+      quantize: ``None``/``"none"`` or ``"w8a8"``: int8 weights of the linear layers and the
+        LM head, int8 activations (:mod:`specjax.models.quant`).
     """
+    from specjax.models import quant
+
+    if quantize not in (None,) + quant.QUANT_MODES:
+        raise ValueError(f"unknown quantization {quantize!r}; available: "
+                         f"{', '.join(quant.QUANT_MODES)}")
+    out = _load(spec, dtype, param_dtype)
+    if quantize not in (None, "none"):
+        out.model = quant.quantize(out.model, quantize)
+        out.details["quantization"] = quantize
+    return out
+
+
+def _load(spec, dtype, param_dtype) -> LoadedModel:
     param_dtype = dtype if param_dtype is None else param_dtype
     s = str(spec)
     if s in PRESETS:

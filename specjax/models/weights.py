@@ -126,11 +126,25 @@ def model_from_tensors(cfg: ModelConfig, tensors: Mapping[str, np.ndarray], *, s
 
 
 def model_to_tensors(model: Llama) -> dict[str, np.ndarray]:
-    """The inverse of :func:`model_from_tensors` (float32 numpy, HF names)."""
+    """The inverse of :func:`model_from_tensors` (float32 numpy, HF names). For a quantized
+    model the int8 weights come back dequantized: the layers', and an untied head's (its
+    float copy is dropped by quantization). A tied head is the float embedding table, which
+    quantization keeps."""
+    from specjax.models.quant import dequantized
+
+    scales = {}
+    for blk in model.layers:
+        for mod, names in ((blk.attn, ("wqkv", "wo")), (blk.mlp, ("w_gate_up", "w_down"))):
+            for n in names:
+                scales[id(getattr(mod, n))] = getattr(mod, n + "_scale", None)
     cache: dict[int, np.ndarray] = {}
     out = {}
     for k, (var, lo, hi) in _targets(model).items():
         if id(var) not in cache:
-            cache[id(var)] = np.asarray(jax.device_get(var[...]), dtype=np.float32)
+            cache[id(var)] = np.asarray(jax.device_get(dequantized(var, scales.get(id(var)))),
+                                        dtype=np.float32)
         out[k] = cache[id(var)][lo:hi]
+    if not model.cfg.tie_embeddings and model.lm_head is None:  # quantized untied head
+        out["lm_head.weight"] = np.asarray(
+            jax.device_get(dequantized(model.head_q, model.head_scale)), dtype=np.float32)
     return out

@@ -26,6 +26,19 @@ from specjax.drafters.base import DrafterError
 # relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1)
 DEFAULT_COST = (1.0, 1.55, 1.68, 1.63, 1.69, 1.74, 1.85, 1.89, 1.93, 1.96, 2.0, 2.05, 2.08,
                 2.1, 2.12, 2.14, 2.48)
+# the same for SmolLM2-135M with w8a8 weights (``--quantize w8a8``): the integer products make
+# a forward over a few tokens barely dearer than over one (docs/results/verify_curve_w8a8.json)
+DEFAULT_COST_W8A8 = (1.0, 1.16, 1.25, 1.35, 1.48, 1.61, 1.74, 1.86, 2.02, 2.17, 2.32, 2.47, 2.62,
+                     2.77, 2.92, 3.07, 3.2)
+
+
+def default_cost(model) -> tuple[float, ...]:
+    """The built-in cost curve that fits ``model`` (a Llama or a LoadedModel): float weights
+    or w8a8 (:mod:`specjax.models.quant`)."""
+    from specjax.models.quant import quantization_of
+
+    m = getattr(model, "model", model)
+    return DEFAULT_COST_W8A8 if quantization_of(m) == "w8a8" else DEFAULT_COST
 
 
 def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
