@@ -18,9 +18,10 @@ perplexity on Spec-Bench questions rises from 28.9 to 30.2, and the teacher-forc
 agrees with float32 at 92% of positions, so greedy continuations part after a few tokens.
 
 Speculative decoding on a w8a8 target is NOT token-identical to plain w8a8 decoding. The verify
-forward over k tokens sums attention over the committed prefix and the new block in another
-order than one-token decoding. The last-bit differences (about 1e-7) sometimes move an
-activation across an int8 rounding boundary. Rows with large outliers have a coarse step, so
+forward over k tokens and one-token decoding reduce in different orders: attention splits the
+prefix and the new block differently, and XLA:CPU's reductions (RMSNorm included) depend on
+the shape. The last-bit differences (about 1e-7) sometimes move an activation across an int8
+rounding boundary. Rows with large outliers have a coarse step, so
 one flip can move logits by about 1 and change a near-tie. On the built-in prompts, prompt
 lookup and plain decoding part after 11-94 tokens. The float32 path does not amplify
 this (logit differences about 3e-5) and is identical to plain decoding on every benchmarked
