@@ -605,6 +605,7 @@ def main_bench(args, argv) -> int:
     from specjax.cli import _load
     from specjax.methods import METHODS
 
+    quantize = getattr(args, "quantize", "none")
     if args.verify_curve:
         ks = parse_positive_ints(args.curve_ks, "--curve-ks", strict=True)
         bs = parse_positive_ints(args.curve_batches, "--curve-batches", strict=True)
@@ -618,7 +619,7 @@ def main_bench(args, argv) -> int:
             curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix, progress=bar.update)
         curve.update(environment(argv))
         curve["model"] = args.model
-        curve["quantize"] = getattr(args, "quantize", "none")
+        curve["quantize"] = quantize
         for B, rel in curve["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(curve["ks"], rel)))
@@ -639,9 +640,9 @@ def main_bench(args, argv) -> int:
     if args.repeats < 1:
         raise BenchError(f"--repeats must be >= 1, got {args.repeats}")
     margs = parse_bench_method_args(args.method_arg, methods)
-    if args.peer and getattr(args, "quantize", "none") != "none":
+    if args.peer and quantize != "none":
         raise BenchError(f"--peer {args.peer} runs the float weights, so it cannot stand beside "
-                         f"a --quantize {args.quantize} target; drop one of the two")
+                         f"a --quantize {quantize} target; drop one of the two")
     batch_sizes = parse_batch_sizes(getattr(args, "batch_sizes", None))
     if args.batch_size < 1:
         raise BenchError(f"--batch-size must be >= 1, got {args.batch_size}")
@@ -664,8 +665,7 @@ def main_bench(args, argv) -> int:
             "batch_sizes": batch_sizes, "temperature": args.temperature,
             "repeats": args.repeats, "peer": args.peer, "dtype": getattr(args, "dtype", None),
             # only when set, so journals written before the flag existed still resume
-            **({"quantize": args.quantize} if getattr(args, "quantize", "none") != "none"
-               else {})})
+            **({"quantize": quantize} if quantize != "none" else {})})
     if args.time_limit is not None and args.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {args.time_limit}")
     if args.time_limit == 0 and not args.journal:
@@ -689,7 +689,7 @@ def main_bench(args, argv) -> int:
                     "batch_size": args.batch_size, "batch_sizes": batch_sizes,
                     "temperature": args.temperature,
                     "repeats": args.repeats, "prompts": args.prompts, "n_prompts": len(items),
-                    "quantize": getattr(args, "quantize", "none")})
+                    "quantize": quantize})
     print(format_table(summary))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

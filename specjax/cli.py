@@ -54,9 +54,11 @@ def _load(args):
     from specjax.models.loaders import load
 
     t0 = time.perf_counter()
+    from specjax.models.quant import QUANT_MODES
+
     quantize = getattr(args, "quantize", "none")
-    if quantize not in ("none", "w8a8"):
-        raise CLIError(f"--quantize must be none or w8a8, got {quantize!r}")
+    if quantize not in QUANT_MODES:
+        raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
     lm = load(args.model, dtype=_dtype(args.dtype), quantize=quantize)
     listed = [m.strip().split("@")[0] for m in (getattr(args, "methods", "") or "").split(",")]
     speculative = not getattr(args, "verify_curve", False) and (

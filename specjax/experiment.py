@@ -79,8 +79,11 @@ class BenchConfig:
             raise ConfigError(f"limit must be an integer >= 1 or None, got {self.limit!r}")
         if not isinstance(self.temperature, (int, float)) or self.temperature < 0:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
-        if self.quantize not in ("none", "w8a8"):
-            raise ConfigError(f"quantize must be 'none' or 'w8a8', got {self.quantize!r}")
+        from specjax.models.quant import QUANT_MODES
+
+        if self.quantize not in QUANT_MODES:
+            raise ConfigError(f"quantize must be {' or '.join(map(repr, QUANT_MODES))}, got "
+                              f"{self.quantize!r}")
         if self.peer not in (None, "hf"):
             raise ConfigError(f"peer must be None or 'hf', got {self.peer!r}")
         for name in ("categories", "batch_sizes"):

@@ -15,7 +15,7 @@ from typing import Any
 
 from specjax import drafters, policies
 from specjax.drafters.base import DrafterError
-from specjax.policies.adaptive import load_cost_curve
+from specjax.policies.adaptive import default_cost, load_cost_curve
 
 METHODS = ("ar", "draft_model", "early_exit", "layer_skip", "prompt_lookup")
 
@@ -125,8 +125,6 @@ def build(name: str, lm, args: dict[str, Any] | None = None):
             )
     drafter = factory(lm, **d_kwargs)
     if pol_name == "adaptive" and "cost" not in p_kwargs:  # the curve that fits the target
-        from specjax.policies.adaptive import default_cost
-
         p_kwargs["cost"] = default_cost(lm)
     policy = pol_cls[pol_name](drafter.max_k, **p_kwargs)
     return drafter, policy

@@ -311,7 +311,7 @@ class Llama(nnx.Module):
 
     def head(self, h: Array) -> Array:
         """LM head on already-normed hidden states; float32 logits."""
-        if getattr(self, "head_q", None) is not None:
+        if self.head_q is not None:
             return linear(h, self.head_q[...], jnp.float32, self.head_scale[...])
         w = self.embed[...] if self.lm_head is None else self.lm_head[...]
         return jnp.einsum("...d,vd->...v", h.astype(self.dtype), w.astype(self.dtype),
