@@ -230,7 +230,9 @@ def main():
                         ("bench_spec_bench", "Spec-Bench subset (10 questions per category, "
                                              "64 tokens)"),
                         ("bench_builtin_w8a8", "Speculative methods on the built-in prompts, "
-                                               "w8a8 target (`--quantize w8a8`)")):
+                                               "w8a8 target (`--quantize w8a8`)"),
+                        ("bench_builtin_pl", "Prompt lookup on the built-in prompts, float32: "
+                                             "built-in vs measured verify-cost curve")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None

@@ -333,7 +333,7 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 COMPARED = ("model", "dtype", "methods", "prompts", "categories", "limit", "max_new_tokens",
-            "batch_size", "batch_sizes", "temperature", "repeats", "peer")
+            "batch_size", "batch_sizes", "temperature", "repeats", "peer", "quantize")
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
