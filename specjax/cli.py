@@ -52,10 +52,9 @@ def read_prompts(path: str) -> list[dict]:
 
 def _load(args):
     from specjax.models.loaders import load
-
-    t0 = time.perf_counter()
     from specjax.models.quant import QUANT_MODES
 
+    t0 = time.perf_counter()
     quantize = getattr(args, "quantize", "none")
     if quantize not in QUANT_MODES:
         raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
