@@ -218,3 +218,53 @@ def test_parity_with_transformers(case, tmp_path):
         ref = hf(torch.tensor(toks)).logits.numpy()
     got = np.asarray(full_forward(ours, jnp.asarray(toks, jnp.int32)).logits)
     np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5])
+@pytest.mark.parametrize("chunks", [2, 3, 4])
+def test_chunked_matmul_matches_plain_product(rows, chunks):
+    from specjax.models.llama import chunked_matmul
+
+    rng = np.random.default_rng(rows * 10 + chunks)
+    w = rng.standard_normal((48, 20)).astype(np.float32)
+    x = rng.standard_normal((rows, 20)).astype(np.float32)
+    got = np.asarray(chunked_matmul(jnp.asarray(x), jnp.asarray(w), chunks, jnp.float32))
+    np.testing.assert_allclose(got, x @ w.T, atol=1e-5, rtol=1e-5)
+
+
+def test_small_gemm_chunks_rule(monkeypatch):
+    from specjax.models import llama
+
+    monkeypatch.setattr(llama, "SMALL_GEMM_CHUNK_BYTES", 1 << 20)
+    assert llama.small_gemm_chunks((49152, 576), 1, 4) == 1  # one row: matrix-vector path
+    assert llama.small_gemm_chunks((49152, 576), llama.SMALL_GEMM_MAX_ROWS + 1, 4) == 1
+    c = llama.small_gemm_chunks((49152, 576), 4, 4)
+    assert c > 1 and 49152 % c == 0 and 49152 * 576 * 4 // c >= 1 << 20
+    assert llama.small_gemm_chunks((577, 576), 4, 4) == 1  # 577 is prime: no even split
+    assert llama.small_gemm_chunks((64, 64), 4, 4) == 1  # smaller than one chunk
+    monkeypatch.setattr(llama, "SMALL_GEMM_CHUNK_BYTES", 0)
+    assert llama.small_gemm_chunks((49152, 576), 4, 4) == 1  # switched off
+
+
+def test_chunked_linear_inside_model_keeps_outputs(monkeypatch):
+    """With tiny chunks, every multi-row product of the tiny model (layers and head) takes
+    the chunked path: block logits still equal the full forward's, and speculative greedy
+    decoding still equals plain decoding token for token."""
+    from specjax import drafters
+    from specjax.engine import generate
+    from specjax.models import llama
+
+    cfg = tiny_config(vocab_size=64, num_layers=2)
+    model = random_model(cfg, seed=4)
+    rng = np.random.default_rng(5)
+    toks = jnp.asarray(rng.integers(0, cfg.vocab_size, (2, 12)), jnp.int32)
+    monkeypatch.setattr(llama, "SMALL_GEMM_CHUNK_BYTES", 0)
+    ref = np.asarray(full_forward(model, toks).logits)
+    prompts = [[1, 2, 3, 4, 1, 2, 3], [5, 6, 7, 5, 6]]
+    plain = generate(model, prompts, max_new_tokens=12).tokens
+    monkeypatch.setattr(llama, "SMALL_GEMM_CHUNK_BYTES", 256)
+    assert llama.small_gemm_chunks(model.embed[...].shape, 4, 4) > 1
+    np.testing.assert_allclose(np.asarray(full_forward(model, toks[:, :8]).logits),
+                               ref[:, :8], atol=2e-5, rtol=1e-5)
+    d = drafters.make("draft_model", model, k=3, layers=1)
+    assert generate(model, prompts, max_new_tokens=12, drafter=d).tokens == plain
