@@ -241,6 +241,15 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         d, pol = built[m]
         r = generate(lm.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
                      eos_ids=eos, batch_size=len(prompts), drafter=d, policy=pol)
+        if r.compile_s > 0:
+            # the first execution of a freshly compiled program pays one-time set-up on top
+            # of compilation (on XLA:CPU ~0.5-1.4 s for SmolLM2's loops): time a second run
+            # and book the first run's excess with the compile time
+            first_wall = r.wall_s[0]
+            r2 = generate(lm.model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
+                          eos_ids=eos, batch_size=len(prompts), drafter=d, policy=pol)
+            r2.compile_s = r.compile_s + max(0.0, first_wall - r2.wall_s[0])
+            r = r2
         compile_to[m] += r.compile_s
         ex = r.extra or {}
         k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0

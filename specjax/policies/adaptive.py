@@ -8,8 +8,8 @@ buckets its verify blocks). The policy drafts the ``k`` that maximises tokens pe
 nothing when no ``k`` beats plain decoding. Counts decay every step, so a row that stopped
 drafting drifts back to the prior and probes again.
 
-The default curve was measured for SmolLM2-135M (float32) on the project's 2-core CPU with the
-verify-cost probe described in docs/benchmarks.md; pass your device's curve elsewhere: a tuple
+The default curve was measured for SmolLM2-135M (float32) on the project's 2-core CPU with
+``specjax bench --verify-curve`` (docs/benchmarks.md); pass your device's curve elsewhere: a tuple
 (``cost=``), or the JSON of ``specjax bench --verify-curve`` (``--method-arg
 cost=curve.json``, or ``cost=curve.json#4`` for the batch-4 curve; :func:`load_cost_curve`).
 """
@@ -23,9 +23,11 @@ import jax.numpy as jnp
 
 from specjax.drafters.base import DrafterError
 
-# relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1)
-DEFAULT_COST = (1.0, 1.55, 1.68, 1.63, 1.69, 1.74, 1.85, 1.89, 1.93, 1.96, 2.0, 2.05, 2.08,
-                2.1, 2.12, 2.14, 2.48)
+# relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1): SmolLM2-135M,
+# float32, batch 1, on the project's 2-core CPU with small-row products chunked
+# (docs/results/verify_curve.json of 2026-11-24, interpolated between the measured k)
+DEFAULT_COST = (1.0, 1.1873, 1.2601, 1.3329, 1.3988, 1.4647, 1.5305, 1.5964, 1.6774, 1.7585,
+                1.8395, 1.9205, 2.0016, 2.0826, 2.1637, 2.2447, 2.3535)
 # the same for SmolLM2-135M with w8a8 weights (``--quantize w8a8``): the integer products make
 # a forward over a few tokens barely dearer than over one (docs/results/verify_curve_w8a8.json)
 DEFAULT_COST_W8A8 = (1.0, 1.16, 1.25, 1.35, 1.48, 1.61, 1.74, 1.86, 2.02, 2.17, 2.32, 2.47, 2.62,
