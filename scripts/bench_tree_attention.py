@@ -1,13 +1,15 @@
 """Benchmark of tree attention (pallas_kernels/tree_attention) per implementation.
 
 Times ``tree_attention`` for N tree nodes x committed prefix lengths at SmolLM2-135M head shapes
-(B=1, H=9, KVH=3, Dh=64), float32 and bfloat16: median of ``--repeats`` runs after warm-up
-(compile excluded). Reports the achieved bandwidth (bytes of the prefix K/V read, plus the tree
-K/V, mask, q and out, over the time) and its fraction of two bandwidths measured in the same
-run: a device-to-device copy (a large jnp ``a + 1``: read + write bytes over time; the GPU
-reference) and a read (a large ``jnp.sum``; on CPU the copy is dominated by page faults of the
-fresh output buffer, so the read is the fairer ceiling there). The cache holds exactly the
-prefix (length == S); the tree mask is the ancestor mask of a random tree.
+(``--batch``, H=9, KVH=3, Dh=64), float32 and bfloat16: median of ``--repeats`` runs after
+warm-up (compile excluded), once each implementation's output has matched "xla" on the float32
+upcast of the same inputs (a mismatch fails the case). Reports the achieved bandwidth (bytes of
+the prefix K/V read, plus the tree K/V, mask, q and out, over the time) and its fraction of two
+bandwidths measured in the same run: a device-to-device copy (a large jnp ``a + 1``: read +
+write bytes over time; the GPU reference) and a read (a large ``jnp.sum``; on CPU the copy is
+dominated by page faults of the fresh output buffer, so the read is the fairer ceiling there).
+The cache holds exactly the prefix (length == S); the tree mask is the ancestor mask of a
+random tree. ``--part prefix`` times the prefix kernel alone.
 
     python scripts/bench_tree_attention.py --output out/bench_tree_attention.json
     python scripts/bench_tree_attention.py --implementations xla pallas_mosaic_gpu   # on a GPU
@@ -56,7 +58,7 @@ def measure_bandwidths(mb: int, reps: int = 5) -> tuple[float, float]:
     return copy, read
 
 
-def make_inputs(nodes: int, length: int, dtype, seed: int = 0):
+def make_inputs(nodes: int, length: int, dtype, seed: int = 0, batch: int = 1):
     import jax.numpy as jnp
 
     rng = np.random.default_rng(seed)
@@ -71,21 +73,53 @@ def make_inputs(nodes: int, length: int, dtype, seed: int = 0):
         while j >= 0:
             mask[i, j] = True
             j = parent[j]
-    return (normal(1, nodes, HEADS, HEAD_DIM), normal(1, length, KV_HEADS, HEAD_DIM),
-            normal(1, length, KV_HEADS, HEAD_DIM), jnp.array([length], jnp.int32),
-            normal(1, nodes, KV_HEADS, HEAD_DIM), normal(1, nodes, KV_HEADS, HEAD_DIM),
-            jnp.asarray(mask[None]))
+    b = batch
+    return (normal(b, nodes, HEADS, HEAD_DIM), normal(b, length, KV_HEADS, HEAD_DIM),
+            normal(b, length, KV_HEADS, HEAD_DIM), jnp.full((b,), length, jnp.int32),
+            normal(b, nodes, KV_HEADS, HEAD_DIM), normal(b, nodes, KV_HEADS, HEAD_DIM),
+            jnp.asarray(np.broadcast_to(mask[None], (b, nodes, nodes))))
 
 
-def bytes_moved(nodes: int, length: int, itemsize: int) -> int:
+def bytes_moved(nodes: int, length: int, itemsize: int, batch: int = 1,
+                part: str = "op") -> int:
+    """The fewest bytes the op must move: each input read once, the output written once.
+    ``part="prefix"``: the prefix kernel alone (prefix K/V and q in, float32 partials out)."""
     kv_prefix = 2 * length * KV_HEADS * HEAD_DIM * itemsize
+    q = nodes * HEADS * HEAD_DIM * itemsize
+    if part == "prefix":
+        return batch * (kv_prefix + q + nodes * HEADS * (HEAD_DIM + 2) * 4)
     kv_tree = 2 * nodes * KV_HEADS * HEAD_DIM * itemsize
-    q_out = 2 * nodes * HEADS * HEAD_DIM * itemsize
-    return kv_prefix + kv_tree + q_out + nodes * nodes
+    return batch * (kv_prefix + kv_tree + 2 * q + nodes * nodes)
+
+
+def prefix_op(impl: str, block_k: int | None, num_splits: int | None):
+    """The prefix part alone (grouped queries -> unnormalised partial) of ``impl``."""
+    from specjax.pallas_kernels.tree_attention import api, reference
+
+    def op(q, k_cache, v_cache, lengths, k_tree, v_tree, tree_mask):
+        qg = reference.group_queries(q, KV_HEADS)
+        scale = reference.default_scale(HEAD_DIM)
+        if impl == "xla":
+            return reference.prefix_partial_xla(qg, k_cache, v_cache, lengths, scale).acc
+        bk = api._DEFAULT_BLOCK_K[impl] if block_k is None else block_k
+        splits = (api._default_num_splits(impl, q.shape[0], KV_HEADS) if num_splits is None
+                  else num_splits)
+        if impl == "pallas_mosaic_gpu":
+            from specjax.pallas_kernels.tree_attention import mosaic_gpu
+
+            return mosaic_gpu.prefix_partial_mosaic_gpu(qg, k_cache, v_cache, lengths, scale,
+                                                        block_k=bk, num_splits=splits).acc
+        from specjax.pallas_kernels.tree_attention import kernel
+
+        mode = "tpu" if impl == "pallas_mosaic_tpu" else "interpret"
+        return kernel.prefix_partial_pallas(qg, k_cache, v_cache, lengths, scale, block_k=bk,
+                                            num_splits=splits, mode=mode).acc
+
+    return op
 
 
 def time_call(fn, args, warmup: int, repeats: int) -> tuple[float, float, float]:
-    """(compile + first run seconds, median seconds, min seconds)."""
+    """(compile + first run seconds, median seconds, min seconds) of ``fn(*args)``."""
     t = time.perf_counter()
     fn(*args).block_until_ready()
     first = time.perf_counter() - t
@@ -97,6 +131,48 @@ def time_call(fn, args, warmup: int, repeats: int) -> tuple[float, float, float]
         fn(*args).block_until_ready()
         ts.append(time.perf_counter() - t)
     return first, statistics.median(ts), min(ts)
+
+
+def time_rotating(op, input_sets, warmup: int, repeats: int) -> tuple[float, float, float]:
+    """Like :func:`time_call`, per call of ``op``, for one jitted program that calls ``op`` once
+    on each of ``input_sets`` (distinct buffers, together larger than the GPU's L2 cache, so
+    the prefix is read from HBM and not from L2; and one launch of the program amortises the
+    host's dispatch over all the calls, which a microsecond kernel would otherwise not see)."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def many(sets):
+        # a scalar per call keeps every call live without copying its output back
+        return jnp.stack([jnp.ravel(op(*s))[0].astype(jnp.float32) for s in sets])
+
+    first, median, best = time_call(many, (input_sets,), warmup, repeats)
+    r = len(input_sets)
+    return first, median / r, best / r
+
+
+# (atol, rtol) of an implementation's whole-op output against "xla" run on the float32
+# upcast of the same inputs (as in tests/test_tree_attention.py)
+CHECK_TOLERANCES = {"float32": (2e-5, 2e-5), "bfloat16": (2e-2, 2e-2)}
+
+
+def check_against_xla(impl: str, inputs, dtype_name: str, block_k, num_splits) -> float:
+    """Largest ``|out - ref| - rtol * |ref|`` of ``impl``'s whole op against "xla" on the
+    float32 upcast of ``inputs`` (<= atol means correct): a timing of a kernel that computes the
+    wrong thing is worthless, and the kernel tests use small caches only."""
+    import jax
+    import jax.numpy as jnp
+
+    from specjax.pallas_kernels.tree_attention import tree_attention
+
+    up = [x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
+          for x in inputs]
+    ref = np.asarray(jax.jit(functools.partial(tree_attention, implementation="xla"))(*up))
+    out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
+                                    num_splits=num_splits))(*inputs)
+    out = np.asarray(out.astype(jnp.float32))
+    _, rtol = CHECK_TOLERANCES[dtype_name]
+    return float(np.max(np.abs(out - ref) - rtol * np.abs(ref)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +195,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3 if backend != "cpu" else 1)
     p.add_argument("--block-k", type=int, default=None)
     p.add_argument("--num-splits", type=int, default=None)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--part", choices=["op", "prefix"], default="op",
+                   help="op: the whole tree_attention call (prefix kernel, tree part, merge); "
+                        "prefix: the prefix kernel alone, whose bytes are what bandwidth is "
+                        "about at long prefixes")
     p.add_argument("--copy-mb", type=int, default=1024 if backend != "cpu" else 256)
+    p.add_argument("--rotate-mb", type=int, default=256 if backend != "cpu" else 0,
+                   help="time each case over distinct input sets of at least this many MB "
+                        "together, called in one program (defeats the L2 cache and the "
+                        "per-call dispatch on a GPU; 0: one input set, one call per timing)")
     p.add_argument("--output", default=None, help="write the results as JSON here")
     args = p.parse_args(argv)
 
@@ -128,15 +213,20 @@ def main(argv: list[str] | None = None) -> int:
           f"copy bandwidth {copy_gbs:.1f} GB/s (read+write), read bandwidth {read_gbs:.1f} GB/s "
           f"({args.copy_mb} MB)", flush=True)
     rows = []
+    failed = 0
     for dtype_name in args.dtypes:
         dtype = jnp.dtype(dtype_name)
         for length in args.lengths:
             for nodes in args.nodes:
-                inputs = make_inputs(nodes, length, dtype)
-                moved = bytes_moved(nodes, length, dtype.itemsize)
+                inputs = make_inputs(nodes, length, dtype, batch=args.batch)
+                moved = bytes_moved(nodes, length, dtype.itemsize, args.batch, args.part)
+                n_sets = min(32, -(-args.rotate_mb * (1 << 20) // moved)) if args.rotate_mb else 0
+                sets = [inputs] + [make_inputs(nodes, length, dtype, seed=i, batch=args.batch)
+                                   for i in range(1, n_sets)] if n_sets else []
                 for impl in args.implementations:
                     row = dict(implementation=impl, dtype=dtype_name, nodes=nodes,
-                               prefix_length=length, bytes=moved)
+                               prefix_length=length, batch=args.batch, part=args.part,
+                               bytes=moved)
                     with warnings.catch_warnings():
                         warnings.simplefilter("ignore")
                         effective = api.resolve_implementation(impl, dtype, HEAD_DIM,
@@ -147,10 +237,32 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"{impl:18s} {dtype_name:8s} N={nodes:3d} L={length:5d}  "
                               f"skipped ({row['skipped']})", flush=True)
                         continue
-                    fn = jax.jit(functools.partial(tree_attention, implementation=impl,
-                                                   block_k=args.block_k,
-                                                   num_splits=args.num_splits))
-                    first, median, best = time_call(fn, inputs, args.warmup, args.repeats)
+                    op = (prefix_op(impl, args.block_k, args.num_splits)
+                          if args.part == "prefix" else
+                          functools.partial(tree_attention, implementation=impl,
+                                            block_k=args.block_k, num_splits=args.num_splits))
+                    try:
+                        excess = check_against_xla(impl, inputs, dtype_name, args.block_k,
+                                                   args.num_splits)
+                        row.update(check_excess_over_rtol=excess)
+                        if not excess <= CHECK_TOLERANCES[dtype_name][0]:
+                            raise AssertionError(
+                                f"wrong result: |out - ref| exceeds rtol * |ref| by {excess:.3g}"
+                                f" > atol {CHECK_TOLERANCES[dtype_name][0]}")
+                        if sets:
+                            first, median, best = time_rotating(op, sets, args.warmup,
+                                                                args.repeats)
+                        else:
+                            first, median, best = time_call(jax.jit(op), inputs, args.warmup,
+                                                            args.repeats)
+                    except Exception as e:  # noqa: BLE001 - recorded, and the run goes on
+                        row.update(error=f"{type(e).__name__}: {e}"[:2000])
+                        rows.append(row)
+                        failed += 1
+                        print(f"{impl:18s} {dtype_name:8s} N={nodes:3d} L={length:5d}  "
+                              f"FAILED {row['error'][:300]}", flush=True)
+                        continue
+                    row.update(calls_per_timing=max(1, len(sets)))
                     gbs = moved / median / 1e9
                     row.update(compile_and_first_s=first, median_s=median, min_s=best,
                                achieved_gbs=gbs, fraction_of_copy_bandwidth=gbs / copy_gbs,
@@ -165,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
           "| % of read BW |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        if "skipped" in r:
+        if "skipped" in r or "error" in r:
             continue
         print(f"| {r['implementation']} | {r['dtype']} | {r['nodes']} | {r['prefix_length']} | "
               f"{r['median_s'] * 1e6:.1f} | {r['achieved_gbs']:.2f} | "
@@ -178,12 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         device=dict(backend=backend, kind=jax.devices()[0].device_kind,
                     machine=platform.machine(), processor=platform.processor()),
         jax_version=jax.__version__,
-        shapes=dict(batch=1, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM),
+        part=args.part,
+        shapes=dict(batch=args.batch, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM),
         copy_bandwidth_gbs=copy_gbs, read_bandwidth_gbs=read_gbs,
         bandwidth_probe_mb=args.copy_mb,
         repeats=args.repeats, warmup=args.warmup, block_k=args.block_k,
+        rotate_mb=args.rotate_mb,
         num_splits=args.num_splits, rows=rows,
-        note="bytes = prefix K/V + tree K/V + q + out + mask; cache length == prefix length",
+        note=("bytes = prefix K/V + tree K/V + q + out + mask (part op) or prefix K/V + q + "
+              "float32 partials (part prefix); cache length == prefix length"),
     )
     if args.output:
         import pathlib
@@ -192,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=2) + "\n")
         print(f"wrote {path}")
-    return 0
+    if failed:
+        print(f"{failed} case(s) failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

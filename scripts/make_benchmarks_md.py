@@ -182,29 +182,49 @@ def sweep_section(d: dict) -> list[str]:
     return out
 
 
-def kernel_section(d: dict) -> list[str]:
+def kernel_section(d: dict, name: str) -> list[str]:
     dev = d["device"]
     cmd = d.get("command", "python scripts/bench_tree_attention.py")
+    part = d.get("part", "op")
+    what = ("the prefix kernel alone (`--part prefix`)" if part == "prefix"
+            else "the whole op (prefix part, tree part, merge)")
+    calls = sorted({r["calls_per_timing"] for r in d["rows"] if "calls_per_timing" in r})
+    rotated = (f"; each timing calls the op on {calls[0]}-{calls[-1]} distinct input sets in one "
+               "program (L2 and dispatch defeated), per-call time shown"
+               if calls and calls[-1] > 1 else "")
     out = [
-        "## Tree attention op (`pallas_kernels/tree_attention`)",
+        f"## Tree attention op (`pallas_kernels/tree_attention`), {dev.get('kind')} "
+        f"(`{name}`)",
         "",
         f"- date: {d['date']}; device: {dev.get('kind')} ({dev.get('backend')}, "
         f"{dev.get('machine')}); jax {d['jax_version']}",
         f"- command: `{cmd}`",
-        f"- shapes: batch {d['shapes']['batch']}, {d['shapes']['heads']} query heads, "
-        f"{d['shapes']['kv_heads']} kv heads, head dim {d['shapes']['head_dim']} (SmolLM2-135M); "
-        f"median of {d['repeats']} runs after {d['warmup']} warm-up, compile excluded",
-        f"- measured in the same run: copy {d['copy_bandwidth_gbs']:.1f} GB/s, read "
-        f"{d['read_bandwidth_gbs']:.1f} GB/s",
+        f"- timed: {what}; shapes: batch {d['shapes']['batch']}, {d['shapes']['heads']} query "
+        f"heads, {d['shapes']['kv_heads']} kv heads, head dim {d['shapes']['head_dim']} "
+        f"(SmolLM2-135M); median of {d['repeats']} runs after {d['warmup']} warm-up, compile "
+        f"excluded{rotated}",
+        f"- measured in the same run: copy {d['copy_bandwidth_gbs']:.1f} GB/s (read + write), "
+        f"read {d['read_bandwidth_gbs']:.1f} GB/s",
         "",
-        "| implementation | dtype | nodes | prefix | median ms | achieved GB/s | of read bw |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| implementation | dtype | nodes | prefix | median us | achieved GB/s | of copy bw "
+        "| of read bw |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    left_out = []
     for r in d["rows"]:
+        if "median_s" not in r:
+            left_out.append(f"{r['implementation']} {r['dtype']}: "
+                            f"{r.get('skipped') or r.get('error', '?')[:200]}")
+            continue
         out.append(f"| {r['implementation']} | {r['dtype']} | {r['nodes']} | "
-                   f"{r['prefix_length']} | {r['median_s'] * 1e3:.2f} | {r['achieved_gbs']:.2f} | "
-                   f"{r['fraction_of_read_bandwidth']:.0%} |")
+                   f"{r['prefix_length']} | {r['median_s'] * 1e6:.1f} | "
+                   f"{r['achieved_gbs']:.1f} | {r['fraction_of_copy_bandwidth']:.1%} | "
+                   f"{r['fraction_of_read_bandwidth']:.1%} |")
     out += ["", f"({d.get('note', '')})", ""]
+    for line in dict.fromkeys(left_out):  # once each
+        out += [f"- not timed: {line}"]
+    if left_out:
+        out += [""]
     return out
 
 
@@ -244,7 +264,7 @@ def main():
     if f.exists():
         lines += sweep_section(json.loads(f.read_text()))
     for f in sorted(RES.glob("bench_tree_attention*.json")):
-        lines += kernel_section(json.loads(f.read_text()))
+        lines += kernel_section(json.loads(f.read_text()), f.stem)
     notes = ROOT / "docs" / "benchmarks_notes.md"
     if notes.exists():
         lines += [notes.read_text().rstrip(), ""]

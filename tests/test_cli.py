@@ -36,6 +36,8 @@ def test_cli_errors_are_clear(capsys, tmp_path):
     assert "temperature must be" in capsys.readouterr().err
     assert main(["generate", "--quantize", "int4", "--prompt", "x"]) == 2
     assert "--quantize must be none or w8a8" in capsys.readouterr().err
+    assert main(["generate", "--model", "random:smollm2-135m", "--prompt", "x"]) == 2
+    assert "random weights and no tokenizer" in capsys.readouterr().err
 
 
 @pytest.mark.real_model

@@ -617,6 +617,20 @@ def test_unknown_preset():
         load("no-such-preset")
 
 
+def test_random_preset_model():
+    import jax.numpy as jnp
+
+    from specjax.models.loaders import preset_config
+
+    lm = load("random:smollm2-135m", dtype=jnp.bfloat16)
+    assert lm.format == "random" and lm.tokenizer is None
+    assert lm.config == preset_config("smollm2-135m") and lm.config.num_layers == 30
+    assert lm.model.embed[...].dtype == jnp.bfloat16
+    with pytest.raises(CheckpointError, match=r"unknown preset 'nope' after 'random:'.*"
+                                              r"smollm2-135m"):
+        load("random:nope")
+
+
 # ----------------------------------------------------------------------------- HF directories
 
 @pytest.fixture(scope="module")

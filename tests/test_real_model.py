@@ -43,6 +43,13 @@ def test_config_and_tokenizer_facts(smollm2):
     assert tok.eos_ids == (2,) and tok.id_to_token(2) == "<|im_end|>"
 
 
+def test_random_preset_has_the_real_shape(smollm2):
+    """``random:smollm2-135m`` (timings without the weights) has the checkpoint's config."""
+    from specjax.models.loaders import preset_config
+
+    assert preset_config("smollm2-135m") == smollm2.config
+
+
 def test_tokenizer_matches_transformers(smollm2, hf):
     _, htok = hf
     texts = PROMPTS + ["héllo wörld 你好 🙂\n\tx = 12345;  ", "  leading spaces and 3.14159",

@@ -57,6 +57,11 @@ CASES = (
     # Plain multi-head (H = KVH); T not a multiple of any tile; a cache shorter than block_k.
     Case("mha_short_cache", batch=2, nodes=6, heads=2, kv_heads=2, head_dim=64, cache=40,
          width=6, lengths=(17, 40), block_k=64, num_splits=1),
+    # Several whole blocks and a partial one with S a multiple of 8 (the Mosaic GPU kernel
+    # reads such a cache in place, without the copy S = 150 or 100 needs); 2 splits of 2
+    # blocks; one length ends exactly on a block boundary.
+    Case("gqa_in_place_tail", batch=2, nodes=3, heads=6, kv_heads=3, head_dim=64, cache=200,
+         width=3, lengths=(200, 128), block_k=64, num_splits=2),
 )
 
 
@@ -229,12 +234,18 @@ class TestMosaicGpuKernelInGpuInterpreter(TreeAttentionTestBase):
         return api._mosaic_gpu()(*args, scale=scale, block_k=block_k, num_splits=num_splits,
                                  interpret=InterpretGPUParams())
 
-    def test_lowers_for_cuda(self):
+    # 2048: whole blocks only; 200: a partial block, S a multiple of 8 (cache read in place);
+    # 150: S not a multiple of 8 (the TMA descriptor tiles S by 8, which failed on an H100
+    # before the kernel passed such caches as whole blocks plus a tail; this export reproduces
+    # that error); 40: shorter than one block.
+    @pytest.mark.parametrize("cache", [2048, 200, 150, 40])
+    def test_lowers_for_cuda(self, cache):
         """The real (non-interpreted) kernel goes through the whole Mosaic GPU lowering (wgmma,
-        TMA, mbarriers) when exported for CUDA from this machine; PTX compilation and running
-        need a GPU."""
+        TMA descriptors, mbarriers) when exported for CUDA from this machine; PTX compilation
+        and running need a GPU."""
         fn = jax.jit(functools.partial(api._mosaic_gpu(), block_k=64, num_splits=8))
-        exported = jax.export.export(fn, platforms=["cuda"])(*_smollm2_shapes(jnp.bfloat16))
+        exported = jax.export.export(fn, platforms=["cuda"])(
+            *_smollm2_shapes(jnp.bfloat16, cache=cache))
         assert "mosaic_gpu" in exported.mlir_module()
 
 

