@@ -251,8 +251,8 @@ def main():
                                              "64 tokens)"),
                         ("bench_builtin_w8a8", "Speculative methods on the built-in prompts, "
                                                "w8a8 target (`--quantize w8a8`)"),
-                        ("bench_builtin_pl", "Prompt lookup on the built-in prompts, float32: "
-                                             "built-in vs measured verify-cost curve")):
+                        ("bench_builtin_pl", "Prompt lookup on the built-in prompts, float32, "
+                                             "against plain decoding")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None

@@ -78,12 +78,29 @@ class GenerationResult:
 
 
 def bucket_length(n: int, minimum: int = 16) -> int:
-    """Padded prompt length: powers of two up to 256, then multiples of 256."""
+    """Coarse prompt bucket that sizes the KV cache (so the decode loop, the expensive compile,
+    is shared by every prompt in it): powers of two up to 256, then multiples of 256."""
     if n <= minimum:
         return minimum
     if n <= 256:
         return 1 << (n - 1).bit_length()
     return -(-n // 256) * 256
+
+
+def prefill_length(n: int, minimum: int = 16) -> int:
+    """Padded prompt length of the prefill forward, finer than :func:`bucket_length` (padding
+    costs prefill compute in proportion; a prefill program compiles quickly): powers of two up
+    to 64, multiples of 16 up to 256, of 32 up to 512, then of 128. Never above
+    ``bucket_length(n)``."""
+    if n <= 64:
+        p = max(minimum, 1 << (n - 1).bit_length())
+    elif n <= 256:
+        p = -(-n // 16) * 16
+    elif n <= 512:
+        p = -(-n // 32) * 32
+    else:
+        p = -(-n // 128) * 128
+    return min(p, bucket_length(n, minimum))
 
 
 def _choose(logits, keys, n_out, greedy, temperature, top_k, top_p):
@@ -265,8 +282,8 @@ def generate(
       sampling: :class:`SamplingParams` (default greedy).
       eos_ids: token ids that end a sequence (the EOS token is kept in the output).
       batch_size: prompts decoded together (default: all at once).
-      cache_len: static KV-cache length (default: padded prompt length + max_new_tokens,
-        rounded up to 64). A prompt longer than the cache is an error; generation that reaches
+      cache_len: static KV-cache length (default: the prompt's cache bucket, see
+        :func:`bucket_length`, + max_new_tokens, rounded up to 64). A prompt longer than the cache is an error; generation that reaches
         the end of the cache stops with ``stop_reason == "cache_full"``.
       drafter: a drafter (``specjax.drafters.make(name, lm, ...)``); ``None`` = plain decoding.
       verifier: ``None``/``"exact"``: greedy verification when greedy, lossless speculative
@@ -318,8 +335,9 @@ def generate(
         chunk = prompts[start:start + bs]
         n_real = len(chunk)
         rows = chunk + [chunk[0]] * (bs - n_real)  # pad the batch with dummy rows (budget 0)
-        P = bucket_length(max(len(p) for p in rows))
-        S = cache_len or -(-(P + max_new_tokens) // 64) * 64
+        longest = max(len(p) for p in rows)
+        P = prefill_length(longest)
+        S = cache_len or -(-(bucket_length(longest) + max_new_tokens) // 64) * 64
         S = min(S, max(cfg.max_position_embeddings, P))
         if P > S:  # bucket padding past the cache: pad to the cache exactly
             P = S

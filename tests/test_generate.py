@@ -184,3 +184,24 @@ def test_prompt_buckets_limit_recompiles(model):
     n = len(engine.COMPILED._cache)
     r = generate(model, prompts_of([25]), max_new_tokens=4)  # same bucket (32)
     assert len(engine.COMPILED._cache) == n and r.compile_s == 0.0
+
+
+def test_prefill_padding_is_finer_than_the_cache_bucket(model):
+    """Prompts of 70 and 100 tokens share a cache bucket (128), hence the decode loop, but are
+    prefilled at 80 and 112 tokens: one new prefill program, no new loop, same tokens as alone."""
+    from specjax import engine
+
+    assert [engine.prefill_length(n) for n in (1, 17, 64, 65, 70, 100, 129, 257, 513, 600)] == [
+        16, 32, 64, 80, 80, 112, 144, 288, 640, 640]
+    for n in (1, 40, 65, 200, 300, 1000, 1025):
+        assert engine.prefill_length(n) >= n
+        assert engine.prefill_length(n) <= bucket_length(n)
+    p70, p100 = prompts_of([70, 100])
+    r100 = generate(model, [p100], max_new_tokens=4)
+    keys = set(engine.COMPILED._cache)
+    r70 = generate(model, [p70], max_new_tokens=4)
+    new = set(engine.COMPILED._cache) - keys
+    assert [key[0] for key in new] == [id(engine._prefill_jit)]
+    # the 70-token prompt decodes the same in a batch padded to the 100-token prompt's length
+    both = generate(model, [p70, p100], max_new_tokens=4)
+    assert both.tokens[0] == r70.tokens[0] and both.tokens[1] == r100.tokens[0]
