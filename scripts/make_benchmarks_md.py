@@ -228,6 +228,29 @@ def kernel_section(d: dict, name: str) -> list[str]:
     return out
 
 
+def replay_section(d: dict) -> list[str]:
+    cats = d["categories"]
+    names = list(next(iter(cats.values()))["strategies"])
+    out = [
+        "## Prompt lookup replayed offline (what each drafting strategy could give)",
+        "",
+        f"- date: {d.get('date', '?')}; command: `{d['command']}`; model {d['model']}, greedy, {d['max_new_tokens']} new "
+        "tokens; strategies replayed over plain decoding's outputs, verify forwards charged "
+        "from the verify-cost curve (no prefill, no loop overhead)",
+        "- cells: tokens per unit of verify cost, i.e. the decode-phase speedup if drafting were "
+        "free (tau in brackets); oracle: tau of copying the longest run (<= 8) from anywhere "
+        "in the prompt and the text so far",
+        "",
+        "| category | oracle tau | " + " | ".join(names) + " |",
+        "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for cat, r in cats.items():
+        cells = [f"{r['strategies'][n]['per_cost']:.2f} ({r['strategies'][n]['tau']:.2f})"
+                 for n in names]
+        out.append(f"| {cat} | {r['oracle']['tau']:.2f} | " + " | ".join(cells) + " |")
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -257,6 +280,9 @@ def main():
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
+    f = RES / "replay_prompt_lookup.json"
+    if f.exists():
+        lines += replay_section(json.loads(f.read_text()))
     for f in sorted(RES.glob("verify_curve*.json")):
         png = f"{f.stem}.png" if (RES / f"{f.stem}.png").exists() else None
         lines += verify_curve_section(json.loads(f.read_text()), png, f.stem)

@@ -1,0 +1,93 @@
+"""scripts/replay_prompt_lookup.py: its lookup mirrors the engine's drafter, and its replay
+accounting (forwards, costs, the oracle ceiling) is right on sequences worked out by hand."""
+
+import importlib.util
+import pathlib
+
+import numpy as np
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "replay_prompt_lookup.py"
+
+
+@pytest.fixture(scope="module")
+def rp():
+    spec = importlib.util.spec_from_file_location("replay_prompt_lookup", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_continuations_by_hand(rp):
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 1, 2]
+    # no earlier [7, 1, 2]; [1, 2] at 4 (most recent) then at 0
+    assert rp.continuations(seq, 3, 3, 2, count=2) == [(3, 7, 1), (3, 9, 1)]
+    assert rp.continuations(seq, 3, 3, 2) == [(3, 7, 1)]
+    assert rp.continuations(seq, 3, 3, 3) == []
+    assert rp.continuations([5, 5], 4, 3, 1) == [(5,)]  # the window ends before the last token
+    assert rp.continuations([5], 4, 3, 1) == []
+
+
+def test_continuations_match_the_engine_drafter(rp):
+    import jax.numpy as jnp
+
+    from specjax.drafters.prompt_lookup import ngram_lookup
+
+    rng = np.random.default_rng(0)
+    for trial in range(40):
+        n = int(rng.integers(2, 40))
+        seq = rng.integers(0, 4, n).tolist()
+        k, hi, lo = int(rng.integers(1, 6)), int(rng.integers(1, 4)), 1
+        lo = int(rng.integers(1, hi + 1))
+        buf = jnp.asarray([seq + [0] * (48 - n)], jnp.int32)
+        tokens, avail = ngram_lookup(buf, jnp.asarray([n], jnp.int32), k, hi, lo)
+        ours = rp.continuations(seq, k, hi, lo)
+        engine = tuple(int(t) for t in np.asarray(tokens[0])[:int(avail[0])])
+        assert (ours[0] if ours else ()) == engine, (seq, k, hi, lo)
+
+
+def test_replay_accounting(rp):
+    cost = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]
+    prompt = [1, 2, 3, 4, 5, 6]
+    # the output copies the prompt: after its first token (from the prefill) one forward with
+    # a 5-token draft (the continuation of the unigram [1]: 2..6 and the pending 1) accepts
+    # all that is left
+    fw, total = rp.replay(prompt, [1, 2, 3, 4, 5, 6],
+                          lambda s: rp.continuations(s, 8, 3, 1), cost)
+    assert (fw, total) == (1, cost[6])
+    # nothing to copy: one token per forward, at the one-token cost
+    fw, total = rp.replay([7, 8], [1, 2, 3], lambda s: rp.continuations(s, 8, 3, 1), cost)
+    assert (fw, total) == (2, 2.0)
+    assert rp.tree_nodes([(1, 2), (1, 3), (4,)]) == 4
+    with pytest.raises(ValueError, match="past the cost curve"):
+        rp.replay(prompt, [1, 2, 3, 4, 5, 6], lambda s: [tuple(range(20))], cost)
+
+
+def test_oracle_is_a_ceiling(rp):
+    rng = np.random.default_rng(1)
+    cost = [1.0] * 10
+    for _ in range(20):
+        prompt = rng.integers(0, 3, 12).tolist()
+        output = rng.integers(0, 3, 15).tolist()
+        oracle = rp.oracle_forwards(prompt, output, 4)
+        for lo in (1, 2):
+            fw, _ = rp.replay(prompt, output, lambda s, lo=lo: rp.continuations(s, 4, 3, lo),
+                              cost)
+            assert oracle <= fw
+
+
+def test_replay_with_the_engine_policy(rp):
+    from specjax.policies.adaptive import AdaptivePolicy
+
+    policy = AdaptivePolicy(4, cost=(1.0, 1.1, 1.2, 1.3, 1.4))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
+    fw, total = rp.replay_policy(prompt, prompt + prompt[:6], policy)
+    # the first token comes from the prefill; every forward yields >= 1 token, and copying
+    # the prompt back lets the policy draft, so fewer forwards than tokens
+    assert 1 <= fw < len(prompt) + 5 and total >= fw
+    res = rp.analyse([(prompt, prompt + prompt[:6])], [1.0 + 0.1 * i for i in range(17)],
+                     policy=policy)
+    assert res["tokens"] == len(prompt) + 5
+    assert res["oracle"]["k"] == 8
+    for name in ("chain n2-3 k8", "chain n1-3 k8", "chain n2-3 k4", "tree n2-3 k8 C2"):
+        assert res["oracle"]["tau"] >= res["strategies"][name]["tau"] > 1.0
