@@ -1,21 +1,15 @@
 """scripts/bench_tree_attention.py on CPU at tiny sizes: its rows, the correctness check that
 gates each timing, and the prefix-only and batched modes used on GPUs."""
 
-import importlib.util
 import json
-import pathlib
 
 import pytest
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "bench_tree_attention.py"
+from script_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_tree_attention", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench_tree_attention")
 
 
 TINY = ["--nodes", "3", "--lengths", "70", "--repeats", "1", "--warmup", "0", "--copy-mb", "4"]

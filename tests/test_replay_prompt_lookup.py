@@ -1,21 +1,14 @@
 """scripts/replay_prompt_lookup.py: its lookup mirrors the engine's drafter, and its replay
 accounting (forwards, costs, the oracle ceiling) is right on sequences worked out by hand."""
 
-import importlib.util
-import pathlib
-
 import numpy as np
 import pytest
-
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "scripts" / "replay_prompt_lookup.py"
+from script_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def rp():
-    spec = importlib.util.spec_from_file_location("replay_prompt_lookup", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("replay_prompt_lookup")
 
 
 def test_continuations_by_hand(rp):
