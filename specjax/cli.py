@@ -59,7 +59,8 @@ def _load(args):
     if quantize not in QUANT_MODES:
         raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
     lm = load(args.model, dtype=_dtype(args.dtype), quantize=quantize)
-    if lm.tokenizer is None and not getattr(args, "verify_curve", False):
+    if (lm.format == "random" and not getattr(args, "verify_curve", False)
+            and getattr(args, "cmd", None) != "info"):
         raise CLIError(f"{args.model!r} has random weights and no tokenizer: it serves "
                        "`specjax bench --verify-curve` (timings) only; give a checkpoint or "
                        "a preset name to decode text")

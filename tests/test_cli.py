@@ -38,6 +38,8 @@ def test_cli_errors_are_clear(capsys, tmp_path):
     assert "--quantize must be none or w8a8" in capsys.readouterr().err
     assert main(["generate", "--model", "random:smollm2-135m", "--prompt", "x"]) == 2
     assert "random weights and no tokenizer" in capsys.readouterr().err
+    assert main(["info", "--model", "random:smollm2-135m"]) == 0  # info needs no tokenizer
+    assert json.loads(capsys.readouterr().out)["config"]["num_layers"] == 30
 
 
 @pytest.mark.real_model

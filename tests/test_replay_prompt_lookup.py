@@ -30,7 +30,7 @@ def test_continuations_match_the_engine_drafter(rp):
     for trial in range(40):
         n = int(rng.integers(2, 40))
         seq = rng.integers(0, 4, n).tolist()
-        k, hi, lo = int(rng.integers(1, 6)), int(rng.integers(1, 4)), 1
+        k, hi = int(rng.integers(1, 6)), int(rng.integers(1, 4))
         lo = int(rng.integers(1, hi + 1))
         buf = jnp.asarray([seq + [0] * (48 - n)], jnp.int32)
         tokens, avail = ngram_lookup(buf, jnp.asarray([n], jnp.int32), k, hi, lo)
@@ -43,7 +43,7 @@ def test_replay_accounting(rp):
     cost = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]
     prompt = [1, 2, 3, 4, 5, 6]
     # the output copies the prompt: after its first token (from the prefill) one forward with
-    # a 5-token draft (the continuation of the unigram [1]: 2..6 and the pending 1) accepts
+    # a 6-token draft (the continuation of the unigram [1]: 2..6 and the pending 1) accepts
     # all that is left
     fw, total = rp.replay(prompt, [1, 2, 3, 4, 5, 6],
                           lambda s: rp.continuations(s, 8, 3, 1), cost)

@@ -245,7 +245,7 @@ def prefix_partial_mosaic_gpu(qg: jax.Array, k_cache: jax.Array, v_cache: jax.Ar
     # with no whole block, the
     # tail buffer as a stand-in that is never read.
     k_main, v_main = k_cache, v_cache
-    if s % _TMA_ROWS:
+    if s % _TMA_ROWS or not full_blocks:  # (a cache shorter than one TMA box: stand-in too)
         if full_blocks:
             k_main = k_cache[:, :full_blocks * block_k]
             v_main = v_cache[:, :full_blocks * block_k]
