@@ -101,9 +101,7 @@ def prefix_op(impl: str, block_k: int | None, num_splits: int | None):
         scale = reference.default_scale(HEAD_DIM)
         if impl == "xla":
             return reference.prefix_partial_xla(qg, k_cache, v_cache, lengths, scale).acc
-        bk = api._DEFAULT_BLOCK_K[impl] if block_k is None else block_k
-        splits = (api._default_num_splits(impl, q.shape[0], KV_HEADS) if num_splits is None
-                  else num_splits)
+        bk, splits = api.kernel_settings(impl, q.shape[0], KV_HEADS, block_k, num_splits)
         if impl == "pallas_mosaic_gpu":
             from specjax.pallas_kernels.tree_attention import mosaic_gpu
 
@@ -111,9 +109,8 @@ def prefix_op(impl: str, block_k: int | None, num_splits: int | None):
                                                         block_k=bk, num_splits=splits).acc
         from specjax.pallas_kernels.tree_attention import kernel
 
-        mode = "tpu" if impl == "pallas_mosaic_tpu" else "interpret"
         return kernel.prefix_partial_pallas(qg, k_cache, v_cache, lengths, scale, block_k=bk,
-                                            num_splits=splits, mode=mode).acc
+                                            num_splits=splits, mode=api.PALLAS_MODES[impl]).acc
 
     return op
 
@@ -156,10 +153,8 @@ def time_rotating(op, input_sets, warmup: int, repeats: int) -> tuple[float, flo
 CHECK_TOLERANCES = {"float32": (2e-5, 2e-5), "bfloat16": (2e-2, 2e-2)}
 
 
-def check_against_xla(impl: str, inputs, dtype_name: str, block_k, num_splits) -> float:
-    """Largest ``|out - ref| - rtol * |ref|`` of ``impl``'s whole op against "xla" on the
-    float32 upcast of ``inputs`` (<= atol means correct): a timing of a kernel that computes the
-    wrong thing is worthless, and the kernel tests use small caches only."""
+def xla_reference(inputs) -> np.ndarray:
+    """The whole op by "xla" on the float32 upcast of ``inputs``."""
     import jax
     import jax.numpy as jnp
 
@@ -167,7 +162,19 @@ def check_against_xla(impl: str, inputs, dtype_name: str, block_k, num_splits) -
 
     up = [x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
           for x in inputs]
-    ref = np.asarray(jax.jit(functools.partial(tree_attention, implementation="xla"))(*up))
+    return np.asarray(jax.jit(functools.partial(tree_attention, implementation="xla"))(*up))
+
+
+def check_against_xla(impl: str, inputs, ref: np.ndarray, dtype_name: str, block_k,
+                      num_splits) -> float:
+    """Largest ``|out - ref| - rtol * |ref|`` of ``impl``'s whole op against ``ref``
+    (:func:`xla_reference` of ``inputs``; <= atol means correct): a timing of a kernel that
+    computes the wrong thing is worthless, and the kernel tests use small caches only."""
+    import jax
+    import jax.numpy as jnp
+
+    from specjax.pallas_kernels.tree_attention import tree_attention
+
     out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
                                     num_splits=num_splits))(*inputs)
     out = np.asarray(out.astype(jnp.float32))
@@ -223,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 n_sets = min(32, -(-args.rotate_mb * (1 << 20) // moved)) if args.rotate_mb else 0
                 sets = [inputs] + [make_inputs(nodes, length, dtype, seed=i, batch=args.batch)
                                    for i in range(1, n_sets)] if n_sets else []
+                ref = None  # computed once per case, for the first implementation that runs
                 for impl in args.implementations:
                     row = dict(implementation=impl, dtype=dtype_name, nodes=nodes,
                                prefix_length=length, batch=args.batch, part=args.part,
@@ -242,7 +250,9 @@ def main(argv: list[str] | None = None) -> int:
                           functools.partial(tree_attention, implementation=impl,
                                             block_k=args.block_k, num_splits=args.num_splits))
                     try:
-                        excess = check_against_xla(impl, inputs, dtype_name, args.block_k,
+                        if ref is None:
+                            ref = xla_reference(inputs)
+                        excess = check_against_xla(impl, inputs, ref, dtype_name, args.block_k,
                                                    args.num_splits)
                         row.update(check_excess_over_rtol=excess)
                         if not excess <= CHECK_TOLERANCES[dtype_name][0]:

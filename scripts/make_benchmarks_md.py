@@ -234,8 +234,8 @@ def replay_section(d: dict) -> list[str]:
     out = [
         "## Prompt lookup replayed offline (what each drafting strategy could give)",
         "",
-        f"- date: {d.get('date', '?')}; command: `{d['command']}`; model {d['model']}, greedy, {d['max_new_tokens']} new "
-        "tokens; strategies replayed over plain decoding's outputs, verify forwards charged "
+        f"- date: {d.get('date', '?')}; command: `{d['command']}`; model {d['model']}, "
+        f"greedy, {d['max_new_tokens']} new tokens; strategies replayed over plain decoding's outputs, verify forwards charged "
         "from the verify-cost curve (no prefill, no loop overhead)",
         "- cells: tokens per unit of verify cost, i.e. the decode-phase speedup if drafting were "
         "free (tau in brackets); oracle: tau of copying the longest run (<= 8) from anywhere "

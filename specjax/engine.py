@@ -283,8 +283,9 @@ def generate(
       eos_ids: token ids that end a sequence (the EOS token is kept in the output).
       batch_size: prompts decoded together (default: all at once).
       cache_len: static KV-cache length (default: the prompt's cache bucket, see
-        :func:`bucket_length`, + max_new_tokens, rounded up to 64). A prompt longer than the cache is an error; generation that reaches
-        the end of the cache stops with ``stop_reason == "cache_full"``.
+        :func:`bucket_length`, + max_new_tokens, rounded up to 64). A prompt longer than the
+        cache is an error; generation that reaches the end of the cache stops with
+        ``stop_reason == "cache_full"``.
       drafter: a drafter (``specjax.drafters.make(name, lm, ...)``); ``None`` = plain decoding.
       verifier: ``None``/``"exact"``: greedy verification when greedy, lossless speculative
         sampling otherwise (both reproduce plain decoding's output distribution exactly).

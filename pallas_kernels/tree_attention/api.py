@@ -89,6 +89,20 @@ def _default_num_splits(implementation: str, batch: int, kv_heads: int) -> int:
     return 1
 
 
+# the ``mode`` of :func:`kernel.tree_attention_pallas` for the backends that run that kernel
+PALLAS_MODES = {"pallas_interpret": "interpret", "pallas_mosaic_tpu": "tpu"}
+
+
+def kernel_settings(implementation: str, batch: int, kv_heads: int, block_k: int | None = None,
+                    num_splits: int | None = None) -> tuple[int, int]:
+    """``(block_k, num_splits)`` a Pallas backend runs with: the given values, else its
+    defaults for this batch size and number of kv heads."""
+    block_k = _DEFAULT_BLOCK_K[implementation] if block_k is None else int(block_k)
+    if num_splits is None:
+        num_splits = _default_num_splits(implementation, batch, kv_heads)
+    return block_k, num_splits
+
+
 def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths: jax.Array,
                    k_tree: jax.Array, v_tree: jax.Array, tree_mask: jax.Array, *,
                    scale: float | None = None, implementation: str | None = None,
@@ -120,10 +134,9 @@ def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths
     args = (q, k_cache, v_cache, lengths, k_tree, v_tree, tree_mask)
     if impl == "xla":
         return _xla(*args, scale=scale)
-    block_k = _DEFAULT_BLOCK_K[impl] if block_k is None else int(block_k)
-    if num_splits is None:
-        num_splits = _default_num_splits(impl, q.shape[0], k_cache.shape[2])
+    block_k, num_splits = kernel_settings(impl, q.shape[0], k_cache.shape[2], block_k,
+                                          num_splits)
     if impl == "pallas_mosaic_gpu":
         return _mosaic_gpu()(*args, scale=scale, block_k=block_k, num_splits=num_splits)
-    mode = "tpu" if impl == "pallas_mosaic_tpu" else "interpret"
-    return _pallas(*args, scale=scale, block_k=block_k, num_splits=num_splits, mode=mode)
+    return _pallas(*args, scale=scale, block_k=block_k, num_splits=num_splits,
+                   mode=PALLAS_MODES[impl])

@@ -238,19 +238,19 @@ def prefix_partial_mosaic_gpu(qg: jax.Array, k_cache: jax.Array, v_cache: jax.Ar
     pad = ((0, 0), (0, block_k - tail_rows), (0, 0), (0, 0))
     k_tail = jnp.pad(k_cache[:, full_blocks * block_k:], pad).astype(qg.dtype)
     v_tail = jnp.pad(v_cache[:, full_blocks * block_k:], pad).astype(qg.dtype)
-    # The TMA descriptor of the cache tiles its S dimension by 8 rows, so S must be a multiple
-    # of 8: then the cache goes to the kernel as it is (no copy). Otherwise the kernel gets
-    # the whole blocks only, a slice XLA materialises (a copy of the cache on every call; the
-    # engine's default cache lengths are multiples of 64 so this never happens there), or,
-    # with no whole block, the
-    # tail buffer as a stand-in that is never read.
-    k_main, v_main = k_cache, v_cache
-    if s % _TMA_ROWS or not full_blocks:  # (a cache shorter than one TMA box: stand-in too)
-        if full_blocks:
-            k_main = k_cache[:, :full_blocks * block_k]
-            v_main = v_cache[:, :full_blocks * block_k]
-        else:
-            k_main, v_main = k_tail, v_tail
+    # The cache goes to the kernel as it is (no copy) when its TMA descriptor can take it: S
+    # a multiple of the descriptor's 8-row tiling and at least one whole block (one TMA box).
+    # With no whole block, the tail buffer stands in for it (never read); when S is not a
+    # multiple of 8, the kernel gets the whole blocks only, a slice XLA materialises (a copy
+    # of the cache on every call; the engine's default cache lengths are multiples of 64, so
+    # never there).
+    if not full_blocks:
+        k_main, v_main = k_tail, v_tail
+    elif s % _TMA_ROWS:
+        k_main = k_cache[:, :full_blocks * block_k]
+        v_main = v_cache[:, :full_blocks * block_k]
+    else:
+        k_main, v_main = k_cache, v_cache
     m_rows = g * t
     mp = portable._round_up(m_rows, BLOCK_M)
     n_blocks = pl.cdiv(s, block_k)
