@@ -92,27 +92,41 @@ def bytes_moved(nodes: int, length: int, itemsize: int, batch: int = 1,
     return batch * (kv_prefix + kv_tree + 2 * q + nodes * nodes)
 
 
-def prefix_op(impl: str, block_k: int | None, num_splits: int | None):
-    """The prefix part alone (grouped queries -> unnormalised partial) of ``impl``."""
+def prefix_partial(impl: str, block_k: int | None, num_splits: int | None):
+    """The prefix part alone of ``impl``: grouped queries -> the unnormalised
+    :class:`~specjax.pallas_kernels.tree_attention.reference.Partial` (acc, m, l)."""
     from specjax.pallas_kernels.tree_attention import api, reference
 
     def op(q, k_cache, v_cache, lengths, k_tree, v_tree, tree_mask):
         qg = reference.group_queries(q, KV_HEADS)
         scale = reference.default_scale(HEAD_DIM)
         if impl == "xla":
-            return reference.prefix_partial_xla(qg, k_cache, v_cache, lengths, scale).acc
+            return reference.prefix_partial_xla(qg, k_cache, v_cache, lengths, scale)
         bk, splits = api.kernel_settings(impl, q.shape[0], KV_HEADS, block_k, num_splits)
         if impl == "pallas_mosaic_gpu":
             from specjax.pallas_kernels.tree_attention import mosaic_gpu
 
             return mosaic_gpu.prefix_partial_mosaic_gpu(qg, k_cache, v_cache, lengths, scale,
-                                                        block_k=bk, num_splits=splits).acc
+                                                        block_k=bk, num_splits=splits)
         from specjax.pallas_kernels.tree_attention import kernel
 
         return kernel.prefix_partial_pallas(qg, k_cache, v_cache, lengths, scale, block_k=bk,
-                                            num_splits=splits, mode=api.PALLAS_MODES[impl]).acc
+                                            num_splits=splits, mode=api.PALLAS_MODES[impl])
 
     return op
+
+
+def prefix_op(impl: str, block_k: int | None, num_splits: int | None):
+    """What ``--part prefix`` times: the accumulator of :func:`prefix_partial`."""
+    partial = prefix_partial(impl, block_k, num_splits)
+    return lambda *inputs: partial(*inputs).acc
+
+
+def normalised_prefix(part) -> np.ndarray:
+    """The prefix-only attention output ``acc / l`` of a Partial (0 where nothing is
+    visible), comparable across implementations whatever their split of the prefix."""
+    acc, l = np.asarray(part.acc, np.float32), np.asarray(part.l, np.float32)[..., None]
+    return np.where(l > 0, acc / np.where(l > 0, l, 1.0), 0.0)
 
 
 def time_call(fn, args, warmup: int, repeats: int) -> tuple[float, float, float]:
@@ -140,8 +154,9 @@ def time_rotating(op, input_sets, warmup: int, repeats: int) -> tuple[float, flo
 
     @jax.jit
     def many(sets):
-        # a scalar per call keeps every call live without copying its output back
-        return jnp.stack([jnp.ravel(op(*s))[0].astype(jnp.float32) for s in sets])
+        # a scalar per call (the sum of its output, so no element can be optimised away)
+        # keeps every call live without copying its output back
+        return jnp.stack([jnp.sum(op(*s).astype(jnp.float32)) for s in sets])
 
     first, median, best = time_call(many, (input_sets,), warmup, repeats)
     r = len(input_sets)
@@ -153,8 +168,9 @@ def time_rotating(op, input_sets, warmup: int, repeats: int) -> tuple[float, flo
 CHECK_TOLERANCES = {"float32": (2e-5, 2e-5), "bfloat16": (2e-2, 2e-2)}
 
 
-def xla_reference(inputs) -> np.ndarray:
-    """The whole op by "xla" on the float32 upcast of ``inputs``."""
+def xla_reference(inputs, part: str = "op") -> np.ndarray:
+    """What ``part`` computes (the whole op, or :func:`normalised_prefix` of the prefix
+    part), by "xla" on the float32 upcast of ``inputs``."""
     import jax
     import jax.numpy as jnp
 
@@ -162,22 +178,28 @@ def xla_reference(inputs) -> np.ndarray:
 
     up = [x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
           for x in inputs]
+    if part == "prefix":
+        return normalised_prefix(jax.jit(prefix_partial("xla", None, None))(*up))
     return np.asarray(jax.jit(functools.partial(tree_attention, implementation="xla"))(*up))
 
 
 def check_against_xla(impl: str, inputs, ref: np.ndarray, dtype_name: str, block_k,
-                      num_splits) -> float:
-    """Largest ``|out - ref| - rtol * |ref|`` of ``impl``'s whole op against ``ref``
-    (:func:`xla_reference` of ``inputs``; <= atol means correct): a timing of a kernel that
-    computes the wrong thing is worthless, and the kernel tests use small caches only."""
+                      num_splits, part: str = "op") -> float:
+    """Largest ``|out - ref| - rtol * |ref|`` of what ``impl`` computes for ``part`` against
+    ``ref`` (:func:`xla_reference` of ``inputs`` and ``part``; <= atol means correct): a timing
+    of a kernel that computes the wrong thing is worthless, and the kernel tests use small
+    caches only."""
     import jax
     import jax.numpy as jnp
 
     from specjax.pallas_kernels.tree_attention import tree_attention
 
-    out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
-                                    num_splits=num_splits))(*inputs)
-    out = np.asarray(out.astype(jnp.float32))
+    if part == "prefix":
+        out = normalised_prefix(jax.jit(prefix_partial(impl, block_k, num_splits))(*inputs))
+    else:
+        out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
+                                        num_splits=num_splits))(*inputs)
+        out = np.asarray(out.astype(jnp.float32))
     _, rtol = CHECK_TOLERANCES[dtype_name]
     return float(np.max(np.abs(out - ref) - rtol * np.abs(ref)))
 
@@ -251,9 +273,9 @@ def main(argv: list[str] | None = None) -> int:
                                             block_k=args.block_k, num_splits=args.num_splits))
                     try:
                         if ref is None:
-                            ref = xla_reference(inputs)
+                            ref = xla_reference(inputs, args.part)
                         excess = check_against_xla(impl, inputs, ref, dtype_name, args.block_k,
-                                                   args.num_splits)
+                                                   args.num_splits, args.part)
                         row.update(check_excess_over_rtol=excess)
                         if not excess <= CHECK_TOLERANCES[dtype_name][0]:
                             raise AssertionError(

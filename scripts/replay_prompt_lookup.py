@@ -15,6 +15,11 @@ adaptive policy does). Reported per category:
   positions verified as one token tree (multi-candidate lookup);
 * the engine's default: the adaptive draft-length policy (k up to 16, n-grams 2-3) replayed
   with its own code, costs at the engine's bucketed verify block sizes;
+* ``hindsight``: the engine's lookup (n-grams 2-3, at most 16 tokens) with the draft length
+  chosen knowing the answer: every step drafts exactly the tokens that will be accepted
+  (nothing when the first would be rejected): what a perfect per-step choice of draft length
+  gives with that drafter and cost curve, the reference for any better policy (not a strict
+  bound: a shorter draft changes later lookups);
 * ``oracle``: the longest run of the output that occurs anywhere in the prompt and the text so
   far (the ceiling of any copy-based drafter that picks the best source position, at most k
   tokens, verification free).
@@ -88,6 +93,28 @@ def replay(prompt: Sequence[int], output: Sequence[int], propose, cost: Sequence
     return forwards, total
 
 
+def hindsight(prompt: Sequence[int], output: Sequence[int], cost: Sequence[float],
+              k: int = 16, max_ngram: int = 3, min_ngram: int = 2,
+              block_cost: Sequence[float] | None = None):
+    """(forwards, total relative cost) when each step drafts exactly the accepted part of the
+    lookup's continuation (at most ``k`` tokens): a perfect per-step choice of draft length
+    for that drafter. It takes the same steps as a fixed-``k`` chain, at the cost of only the
+    accepted tokens. ``block_cost[d]`` is the cost of a ``d``-token draft (default ``cost[d]``;
+    pass the engine's bucketed costs to charge its verify block sizes)."""
+    block_cost = list(cost if block_cost is None else block_cost)
+    seq = list(prompt) + list(output[:1])
+    pos, forwards, total = 1, 0, 0.0
+    while pos < len(output):
+        cands = continuations(seq, k, max_ngram, min_ngram)
+        n_acc = accepted(cands[0], output[pos:]) if cands else 0
+        step = min(n_acc + 1, len(output) - pos)
+        seq += output[pos:pos + step]
+        pos += step
+        forwards += 1
+        total += block_cost[n_acc]
+    return forwards, total
+
+
 def oracle_forwards(prompt: Sequence[int], output: Sequence[int], k: int) -> int:
     """Forwards when each step copies the longest possible run (at most ``k``) from anywhere
     in the prompt and the text so far."""
@@ -116,11 +143,13 @@ STRATEGIES = {  # name -> (k, min_ngram, max_ngram, candidates)
 
 
 def replay_policy(prompt: Sequence[int], output: Sequence[int], policy, max_ngram: int = 3,
-                  min_ngram: int = 2):
+                  min_ngram: int = 2, max_new: int | None = None):
     """(forwards, total relative cost) with the engine's own draft-length ``policy`` (e.g.
     :class:`specjax.policies.adaptive.AdaptivePolicy`, batch 1) deciding k at every step, the
     drafter proposing ``min(k, available)`` tokens, and the verify block charged at the
-    engine's bucketed block size (``policy._bucketed_cost``)."""
+    engine's bucketed block size (``policy._bucketed_cost``). With ``max_new`` (the token
+    budget of the run that produced ``output``), k is clipped to the budget left after the
+    step's own token, as the engine clips it."""
     import jax.numpy as jnp
 
     bucketed = [float(c) for c in policy._bucketed_cost()]
@@ -129,6 +158,8 @@ def replay_policy(prompt: Sequence[int], output: Sequence[int], policy, max_ngra
     pos, forwards, total = 1, 0, 0.0
     while pos < len(output):
         k = int(policy.decide(state, None)[0])
+        if max_new is not None:
+            k = max(0, min(k, max_new - pos - 1))
         cands = continuations(seq, k, max_ngram, min_ngram) if k else []
         draft = cands[0] if cands else ()
         n_acc = accepted(draft, output[pos:])
@@ -143,16 +174,24 @@ def replay_policy(prompt: Sequence[int], output: Sequence[int], policy, max_ngra
 
 
 def analyse(pairs: list[tuple[list[int], list[int]]], cost: Sequence[float],
-            oracle_k: int = 8, policy=None) -> dict:
+            oracle_k: int = 8, policy=None, max_new: int | None = None) -> dict:
     """Per-strategy tau and tokens per cost over ``(prompt, output)`` pairs, plus the oracle
-    and, given ``policy``, the engine's default prompt lookup (that policy, k <= its max_k)."""
+    and, given ``policy``, the engine's default prompt lookup (that policy, k <= its max_k,
+    clipped to the ``max_new`` budget) and its hindsight bound (the same drafter and bucketed
+    costs, each step drafting exactly what is accepted)."""
     tokens = sum(max(0, len(o) - 1) for _, o in pairs)
     res = {"tokens": tokens, "strategies": {}}
+
+    def add(name, runs):
+        res["strategies"][name] = {"tau": tokens / max(sum(r[0] for r in runs), 1),
+                                   "per_cost": tokens / max(sum(r[1] for r in runs), 1e-9)}
+
     if policy is not None:
-        runs = [replay_policy(p, o, policy) for p, o in pairs]
-        res["strategies"][f"engine default ({policy.name}, k<={policy.max_k}, n2-3)"] = {
-            "tau": tokens / max(sum(r[0] for r in runs), 1),
-            "per_cost": tokens / max(sum(r[1] for r in runs), 1e-9)}
+        add(f"engine default ({policy.name}, k<={policy.max_k}, n2-3)",
+            [replay_policy(p, o, policy, max_new=max_new) for p, o in pairs])
+        bucketed = [float(c) for c in policy._bucketed_cost()]
+        add(f"hindsight k<={policy.max_k}, n2-3",
+            [hindsight(p, o, cost, policy.max_k, block_cost=bucketed) for p, o in pairs])
     for name, (k, lo, hi, c) in STRATEGIES.items():
         def propose(seq, k=k, lo=lo, hi=hi, c=c):
             return continuations(seq, k, hi, lo, c)
@@ -207,7 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     _, policy = build("prompt_lookup", lm, {})  # the engine's default policy
     if args.cost:
         policy = dataclasses.replace(policy, cost=tuple(cost))
-    report = {cat: analyse(pairs, cost, policy=policy) for cat, pairs in by_cat.items()}
+    report = {cat: analyse(pairs, cost, policy=policy, max_new=args.max_new_tokens)
+              for cat, pairs in by_cat.items()}
     names = list(next(iter(report.values()))["strategies"])
     print("| category | oracle tau (k=8) | " + " | ".join(names) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in names) + " |")

@@ -119,6 +119,7 @@ class Run:
     accepted_at: list[int] | None
     tokens: list[list[int]]
     batch_size: int = 1  # rows requested per generate call
+    prefill_s: float | None = None  # part of wall_s spent in the prefill (None: peers)
 
 
 def _peer_runner(lm, kind: str, max_new: int, eos_ids, temperature: float = 0.0,
@@ -260,7 +261,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             m, cat, rep, ids, sum(r.new_tokens), r.wall_s[0], sum(r.target_forwards),
             [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
             [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
-            r.tokens, B)
+            r.tokens, B, r.prefill_s[0])
 
     groups = plan_groups(batches, sweep, repeats, items, batch_size)
     done: set[str] = set()
@@ -440,6 +441,20 @@ def summarize_batch_sizes(runs, sweep_runs, methods, batch_sizes, batch_size, co
     return {"batch_sizes": list(batch_sizes), "rows": rows}
 
 
+def decode_rates(runs: list[Run], reps) -> list[float] | None:
+    """Decode-phase tokens/s per repeat: the tokens after each row's first (which the prefill
+    picks) over the wall time after the prefill; None when a run has no prefill time (a peer,
+    or a journal written before prefill times were kept)."""
+    if not runs or any(r.prefill_s is None for r in runs):
+        return None
+    out = []
+    for k in reps:
+        rk = [r for r in runs if r.repeat == k]
+        toks = sum(r.new_tokens - len(r.prompt_ids) for r in rk)
+        out.append(toks / max(sum(r.wall_s - r.prefill_s for r in rk), 1e-9))
+    return out
+
+
 def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bool) -> dict:
     ref_tokens = {}
     for r in runs:
@@ -449,14 +464,16 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
     rows = []
     for cat in categories + ["ALL"]:
         cat_runs = [r for r in runs if cat == "ALL" or r.category == cat]
-        tps = {}
+        tps, dps = {}, {}
         for m in methods:
             mr = [r for r in cat_runs if r.method == m]
             reps = sorted({r.repeat for r in mr})
             per_rep = [sum(r.new_tokens for r in mr if r.repeat == k) /
                        max(sum(r.wall_s for r in mr if r.repeat == k), 1e-9) for k in reps]
             tps[m] = per_rep
+            dps[m] = decode_rates(mr, reps)
         ar_med = statistics.median(tps["ar"]) if tps.get("ar") else None
+        ar_dec = statistics.median(dps["ar"]) if dps.get("ar") else None
         for m in methods:
             mr = [r for r in cat_runs if r.method == m]
             if not mr:
@@ -470,6 +487,8 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
                 "tokens_per_s_min": min(tps[m]),
                 "tokens_per_s_max": max(tps[m]),
                 "speedup_vs_ar": med / ar_med if ar_med else None,
+                "decode_speedup_vs_ar": (statistics.median(dps[m]) / ar_dec
+                                         if ar_dec and dps.get(m) else None),
                 "tau": (sum(r.new_tokens for r in mr) / fw) if fw else None,
                 "new_tokens": sum(r.new_tokens for r in mr) // max(len({r.repeat for r in mr}),
                                                                      1),
@@ -495,14 +514,15 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
 
 def format_table(summary: dict) -> str:
     lines = [f"{'category':16s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} {'speedup':>8s} "
-             f"{'tau':>6s} {'same':>5s}"]
+             f"{'decode':>7s} {'tau':>6s} {'same':>5s}"]
     for r in summary["rows"]:
         same = {True: "yes", False: "NO", None: "-"}[r.get("identical_to_ar")]
         tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
         sp = f"{r['speedup_vs_ar']:.2f}x" if r.get("speedup_vs_ar") else "-"
+        dsp = f"{r['decode_speedup_vs_ar']:.2f}x" if r.get("decode_speedup_vs_ar") else "-"
         lines.append(f"{r['category']:16s} {r['method']:18s} {r['tokens_per_s']:8.1f} "
                      f"{r['tokens_per_s_min']:6.1f}-{r['tokens_per_s_max']:<6.1f} {sp:>8s} "
-                     f"{tau:>6s} {same:>5s}")
+                     f"{dsp:>7s} {tau:>6s} {same:>5s}")
     if summary.get("by_batch_size"):
         lines += ["", f"{'batch':>5s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} "
                       f"{'speedup':>8s} {'tau':>6s} {'same':>5s}"]

@@ -65,7 +65,34 @@ def test_bench_end_to_end(tmp_path, tiny_gguf, prompts_file, capsys):
         if m != "ar":
             assert len(r["acceptance_by_position"]) == r["config"]["k"]
     assert rows[("ar", "ALL")]["tau"] == 1.0
+    assert rows[("ar", "ALL")]["decode_speedup_vs_ar"] == pytest.approx(1.0)
+    assert all(r["decode_speedup_vs_ar"] > 0 for r in rows.values())
     assert "speedup" in capsys.readouterr().out
+
+
+def test_decode_speedup_leaves_out_the_prefill():
+    """Hand-made runs: the decode speedup counts the tokens after each row's first over the
+    time after the prefill; it is None when a run has no prefill time (peers, old journals)."""
+    from specjax.bench import Run, summarize
+
+    def run(m, rep, wall, prefill, tokens=11, rows=1):
+        return Run(m, "c", rep, [f"p{i}" for i in range(rows)], tokens * rows, wall, 0,
+                   None, None, [[1] * tokens] * rows, rows, prefill)
+
+    runs = [run("ar", 0, 3.0, 1.0), run("ar", 1, 3.0, 1.0),
+            run("pl", 0, 1.5, 1.0), run("pl", 1, 2.0, 1.0),
+            run("pl", 2, 1.5, 1.0),
+            run("hf", 0, 2.0, None)]
+    rows = {(r["method"], r["category"]): r
+            for r in summarize(runs, ["ar", "pl", "hf"], ["c"], {}, {}, True)["rows"]}
+    # ar: 10 decode tokens in 2 s; pl: 10 in 0.5, 1.0, 0.5 s (median 20 tok/s) -> 4x
+    assert rows[("pl", "c")]["decode_speedup_vs_ar"] == pytest.approx(4.0)
+    # end to end: 11 tokens in 3 s against 11 in 1.5 s (median) -> 2x
+    assert rows[("pl", "c")]["speedup_vs_ar"] == pytest.approx(2.0)
+    assert rows[("hf", "c")]["decode_speedup_vs_ar"] is None
+    two = summarize([run("ar", 0, 3.0, 1.0, rows=2), run("pl", 0, 2.0, 1.0, rows=2)],
+                    ["ar", "pl"], ["c"], {}, {}, True)["rows"]
+    assert two[1]["decode_speedup_vs_ar"] == pytest.approx(2.0)  # 20 tokens: 2 s vs 1 s
 
 
 def test_bench_w8a8_target(tmp_path, tiny_gguf, prompts_file, capsys):

@@ -53,3 +53,38 @@ def test_a_wrong_implementation_fails_its_case(bench, tmp_path, monkeypatch, cap
     assert "wrong result" in rows["pallas_interpret"]["error"]
     assert "median_s" not in rows["pallas_interpret"]
     assert "1 case(s) failed" in capsys.readouterr().err
+
+
+def test_part_prefix_checks_the_prefix_kernel_itself(bench, tmp_path, monkeypatch):
+    """--part prefix compares what it times, the prefix partial, with XLA's: a prefix kernel
+    off by a bit fails its case."""
+    import specjax.pallas_kernels.tree_attention.kernel as kernel
+
+    real = kernel.prefix_partial_pallas
+
+    def off_by_a_bit(*args, **kw):
+        part = real(*args, **kw)
+        return part._replace(acc=part.acc * 1.01)
+
+    monkeypatch.setattr(kernel, "prefix_partial_pallas", off_by_a_bit)
+    out = tmp_path / "r.json"
+    rc = bench.main(TINY + ["--implementations", "xla", "pallas_interpret", "--dtypes",
+                            "float32", "--part", "prefix", "--output", str(out)])
+    assert rc == 1
+    rows = {r["implementation"]: r for r in json.loads(out.read_text())["rows"]}
+    assert "error" not in rows["xla"]
+    assert "wrong result" in rows["pallas_interpret"]["error"]
+
+
+def test_normalised_prefix_is_split_independent(bench):
+    """acc / l does not depend on the running max a partial is kept relative to."""
+    import numpy as np
+
+    from specjax.pallas_kernels.tree_attention.reference import Partial
+
+    acc = np.array([[2.0, 4.0], [0.0, 0.0]])
+    part = Partial(acc=acc, m=np.array([1.0, -np.inf]), l=np.array([2.0, 0.0]))
+    shifted = Partial(acc=acc * np.exp(-1.0), m=np.array([2.0, -np.inf]),
+                      l=np.array([2.0 * np.exp(-1.0), 0.0]))
+    np.testing.assert_allclose(bench.normalised_prefix(part), [[1.0, 2.0], [0.0, 0.0]])
+    np.testing.assert_allclose(bench.normalised_prefix(shifted), bench.normalised_prefix(part))

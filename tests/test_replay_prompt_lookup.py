@@ -84,3 +84,46 @@ def test_replay_with_the_engine_policy(rp):
     assert res["oracle"]["k"] == 8
     for name in ("chain n2-3 k8", "chain n1-3 k8", "chain n2-3 k4", "tree n2-3 k8 C2"):
         assert res["oracle"]["tau"] >= res["strategies"][name]["tau"] > 1.0
+
+
+def test_hindsight_takes_the_chain_steps_at_the_accepted_cost(rp):
+    cost = [1.0 + 0.25 * i for i in range(17)]
+    # copy of the prompt: the bigram [1, 2] matches at 0, the continuation 3..6 is accepted
+    # in one forward and charged as a 4-token draft, not a 16-token one
+    fw, total = rp.hindsight([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 9], cost)
+    assert (fw, total) == (2, cost[4] + cost[0])
+    rng = np.random.default_rng(2)
+    for _ in range(30):
+        prompt = rng.integers(0, 3, 12).tolist()
+        output = rng.integers(0, 3, 20).tolist()
+        h_fw, h_cost = rp.hindsight(prompt, output, cost, k=16)
+        c_fw, c_cost = rp.replay(prompt, output, lambda s: rp.continuations(s, 16, 3, 2), cost)
+        assert h_fw == c_fw and h_cost <= c_cost
+        assert rp.oracle_forwards(prompt, output, 16) <= h_fw
+
+
+def test_replay_policy_clips_k_to_the_budget(rp):
+    import jax.numpy as jnp
+
+    class Fixed8:
+        """Always asks for 8 tokens; block cost = drafted count."""
+        name, max_k = "fixed8", 8
+
+        def _bucketed_cost(self):
+            return [float(i) for i in range(9)]
+
+        def init(self, b):
+            return ()
+
+        def decide(self, state, ctx):
+            return jnp.asarray([8], jnp.int32)
+
+        def update(self, state, k, nd, na):
+            return state
+
+    prompt = [5, 6, 0, 1, 2, 3, 4, 5, 6]
+    out = [0, 1, 2, 3, 4, 5, 6]  # 7 tokens, all but the first drafted from the prompt
+    # unclipped: the suffix [6, 0] continues with 7 tokens (1..6 and the pending 0), all
+    # drafted; clipped to the 7-token budget, k <= 7 - 1 - 1 = 5 is drafted
+    assert rp.replay_policy(prompt, out, Fixed8()) == (1, 7.0)
+    assert rp.replay_policy(prompt, out, Fixed8(), max_new=7) == (1, 5.0)
