@@ -249,7 +249,10 @@ def replay_section(d: dict) -> list[str]:
         "from the verify-cost curve (no prefill, no loop overhead)",
         "- cells: tokens per unit of verify cost, i.e. the decode-phase speedup if drafting were "
         "free (tau in brackets); oracle: tau of copying the longest run (<= 8) from anywhere "
-        "in the prompt and the text so far",
+        "in the prompt and the text so far" + (
+            "; hindsight: the engine's lookup drafting, at every step, exactly the tokens that "
+            "will be accepted (a perfect draft-length choice, the reference for any policy)"
+            if any(n.startswith("hindsight") for n in names) else ""),
         "",
         "| category | oracle tau | " + " | ".join(names) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
