@@ -73,23 +73,29 @@ def accepted(cand: Sequence[int], target: Sequence[int]) -> int:
     return n
 
 
-def replay(prompt: Sequence[int], output: Sequence[int], propose, cost: Sequence[float]):
+def replay(prompt: Sequence[int], output: Sequence[int], propose, cost: Sequence[float],
+           charge=None):
     """(forwards, total relative cost) to produce ``output[1:]`` (``output[0]`` comes from the
-    prefill) when ``propose(seq)`` gives the candidate continuations of each step."""
+    prefill) when ``propose(seq)`` gives the candidate continuations of each step. A step
+    costs ``cost[nodes]`` for its ``nodes``-token trie, or ``charge(cands, accepted)`` when
+    given."""
     seq = list(prompt) + list(output[:1])
     pos, forwards, total = 1, 0, 0.0
     while pos < len(output):
         cands = propose(seq)
-        nodes = tree_nodes(cands)
-        if nodes + 1 > len(cost):
-            raise ValueError(f"a {nodes + 1}-token verify block is past the cost curve "
-                             f"({len(cost)} entries)")
         best = max((accepted(c, output[pos:]) for c in cands), default=0)
+        if charge is None:
+            nodes = tree_nodes(cands)
+            if nodes + 1 > len(cost):
+                raise ValueError(f"a {nodes + 1}-token verify block is past the cost curve "
+                                 f"({len(cost)} entries)")
+            total += cost[nodes]
+        else:
+            total += charge(cands, best)
         step = min(best + 1, len(output) - pos)
         seq += output[pos:pos + step]
         pos += step
         forwards += 1
-        total += cost[nodes]
     return forwards, total
 
 
@@ -102,17 +108,8 @@ def hindsight(prompt: Sequence[int], output: Sequence[int], cost: Sequence[float
     accepted tokens. ``block_cost[d]`` is the cost of a ``d``-token draft (default ``cost[d]``;
     pass the engine's bucketed costs to charge its verify block sizes)."""
     block_cost = list(cost if block_cost is None else block_cost)
-    seq = list(prompt) + list(output[:1])
-    pos, forwards, total = 1, 0, 0.0
-    while pos < len(output):
-        cands = continuations(seq, k, max_ngram, min_ngram)
-        n_acc = accepted(cands[0], output[pos:]) if cands else 0
-        step = min(n_acc + 1, len(output) - pos)
-        seq += output[pos:pos + step]
-        pos += step
-        forwards += 1
-        total += block_cost[n_acc]
-    return forwards, total
+    return replay(prompt, output, lambda seq: continuations(seq, k, max_ngram, min_ngram), cost,
+                  charge=lambda cands, n_acc: block_cost[n_acc])
 
 
 def oracle_forwards(prompt: Sequence[int], output: Sequence[int], k: int) -> int:
@@ -177,7 +174,7 @@ def analyse(pairs: list[tuple[list[int], list[int]]], cost: Sequence[float],
             oracle_k: int = 8, policy=None, max_new: int | None = None) -> dict:
     """Per-strategy tau and tokens per cost over ``(prompt, output)`` pairs, plus the oracle
     and, given ``policy``, the engine's default prompt lookup (that policy, k <= its max_k,
-    clipped to the ``max_new`` budget) and its hindsight bound (the same drafter and bucketed
+    clipped to the ``max_new`` budget) and its hindsight reference (the same drafter and bucketed
     costs, each step drafting exactly what is accepted)."""
     tokens = sum(max(0, len(o) - 1) for _, o in pairs)
     res = {"tokens": tokens, "strategies": {}}
