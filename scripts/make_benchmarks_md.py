@@ -142,16 +142,32 @@ def verify_curve_section(d: dict, png: str | None, name: str = "verify_curve") -
     ks = d["ks"]
     q = d.get("quantize", "none")
     what = "" if q == "none" else f", {q} weights"
+    if d.get("in_loop"):
+        title = (f"## Verify-cost curve inside the loop{what} (one speculative step with a "
+                 "k-token verify block, relative to a step that drafts nothing)")
+        how = (f"- model {d.get('model')}{what}, prompt of {d['prefix']} tokens; the engine of "
+               f"k = {d['engine_k']}, drafting k - 1 junk tokens per step (one token out per "
+               f"step); per-step time from two token budgets {d['steps']} steps apart, median "
+               "of repeats after compile. The adaptive policy can read it (`--method-arg "
+               f"cost=docs/results/{name}.json`), but its default stays the standalone curve "
+               "(see the notes).")
+        unit = "k = 1 (ms per step)"
+    else:
+        title = (f"## Verify-cost curve{what} (one target forward over k tokens, relative to "
+                 "k = 1)")
+        how = (f"- model {d.get('model')}{what}, {d['prefix']} committed tokens in the cache "
+               "under the timed forward; median of repeated runs after compile and warm-up. "
+               "The adaptive policy reads this file with `--method-arg "
+               f"cost=docs/results/{name}.json`.")
+        unit = "k = 1 (ms)"
     out = [
-        f"## Verify-cost curve{what} (one target forward over k tokens, relative to k = 1)",
+        title,
         "",
         f"- date: {d['date']}; machine: {d['machine']}; device: {d['device']}; jax {d['jax']}",
         f"- command: `{d['command']}`",
-        f"- model {d.get('model')}{what}, {d['prefix']} committed tokens in the cache under "
-        "the timed forward; median of repeated runs after compile and warm-up. The adaptive "
-        f"policy reads this file with `--method-arg cost=docs/results/{name}.json`.",
+        how,
         "",
-        "| batch | k = 1 (ms) | " + " | ".join(f"k = {k}" for k in ks) + " |",
+        f"| batch | {unit} | " + " | ".join(f"k = {k}" for k in ks) + " |",
         "| ---: | ---: | " + " | ".join("---:" for _ in ks) + " |",
     ]
     for B, rel in d["relative"].items():

@@ -638,6 +638,8 @@ def main_bench(args, argv) -> int:
     from specjax.methods import METHODS
 
     quantize = getattr(args, "quantize", "none")
+    if getattr(args, "in_loop", False) and not args.verify_curve:
+        raise BenchError("--in-loop only applies with --verify-curve")
     if args.verify_curve:
         ks = parse_positive_ints(args.curve_ks, "--curve-ks", strict=True)
         bs = parse_positive_ints(args.curve_batches, "--curve-batches", strict=True)
@@ -648,7 +650,12 @@ def main_bench(args, argv) -> int:
             raise BenchError(f"--curve-prefix must be >= 0, got {args.curve_prefix}")
         lm = _load(args)
         with tqdm(total=len(ks) * len(bs), desc="verify curve", file=sys.stderr) as bar:
-            curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix, progress=bar.update)
+            if getattr(args, "in_loop", False):
+                curve = verify_curve_in_loop(lm, ks, bs, prefix=args.curve_prefix,
+                                             progress=bar.update)
+            else:
+                curve = verify_curve(lm, ks, bs, prefix=args.curve_prefix,
+                                     progress=bar.update)
         curve.update(environment(argv))
         curve["model"] = args.model
         curve["quantize"] = quantize
@@ -762,30 +769,140 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
         o = m(tokens, positions, cache)
         return jnp.argmax(o.logits, -1), o.cache
 
+    def time_one(B, k):
+        S = prefix + max(ks)
+        cache = lm.model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
+        toks = jnp.zeros((B, k), jnp.int32)
+        pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
+        for _ in range(2):  # compile + warm-up
+            a, cache = fwd(params, toks, pos, cache)
+            jax.block_until_ready(a)
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a, cache = fwd(params, toks, pos, cache)
+            jax.block_until_ready(a)
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
     out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
            "relative": {}}
+    return _fill_curve(out, ks, batches, time_one, progress)
+
+
+def _fill_curve(out: dict, ks, batches, time_one, progress) -> dict:
+    """Fills ``out["seconds"]`` and ``out["relative"]`` (to the first k) per batch size with
+    ``time_one(B, k)`` seconds."""
     for B in batches:
         secs = []
         for k in ks:
-            S = prefix + max(ks)
-            cache = lm.model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
-            toks = jnp.zeros((B, k), jnp.int32)
-            pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
-            for _ in range(2):  # compile + warm-up
-                a, cache = fwd(params, toks, pos, cache)
-                jax.block_until_ready(a)
-            ts = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                a, cache = fwd(params, toks, pos, cache)
-                jax.block_until_ready(a)
-                ts.append(time.perf_counter() - t0)
-            secs.append(float(np.median(ts)))
+            secs.append(time_one(B, k))
             if progress:
                 progress(1)
         out["seconds"][str(B)] = secs
         out["relative"][str(B)] = [s / secs[0] for s in secs]
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _JunkDrafter:
+    """Drafts ``k`` copies of one token every step (the in-loop curve's probe): the target
+    verifies a ``k + 1``-token block and, as the junk is almost never accepted, each step
+    yields one token."""
+
+    max_k: int
+    token: int = 0
+    name: str = "junk"
+    deterministic: bool = True
+    tree: None = None
+
+    def params(self):
+        return None
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+        return ()
+
+    def propose(self, params, target, state, ctx, k, greedy):
+        import jax.numpy as jnp
+
+        from specjax.tree import DraftTree
+
+        B = ctx.seq.shape[0]
+        return (DraftTree.chain(jnp.full((B, self.max_k), self.token, jnp.int32), k), state,
+                ctx.target_cache)
+
+    def update(self, params, state, ctx, n_acc, tree, path):
+        return state
+
+
+@dataclasses.dataclass(frozen=True)
+class _ConstPolicy:
+    """Asks for ``k`` draft tokens every step (0 allowed: a plain step inside the loop)."""
+
+    max_k: int
+    k: int
+    name: str = "const"
+
+    def init(self, batch: int):
+        return ()
+
+    def decide(self, state, ctx):
+        import jax.numpy as jnp
+
+        return jnp.full(ctx.seq_len.shape, self.k, jnp.int32)
+
+    def update(self, state, k, n_draft, n_acc):
+        return state
+
+
+def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int = 256,
+                         steps: int = 64, repeats: int = 5,
+                         progress: Callable | None = None) -> dict:
+    """Time of one step of the speculative loop whose verify block holds k tokens (k - 1
+    drafted), relative to a step that drafts nothing: what the adaptive policy's cost curve
+    stands for, measured where it is paid, with drafting, verification and commit included.
+
+    The probe drafts junk (one fixed token), so each step yields one token. The engine
+    drafts less in the last steps before the token budget, so each repeat decodes two budgets
+    ``steps`` apart with the same tail (one cache size, one compiled program) and a step's
+    time is the difference of their decode times over the difference of their forwards;
+    median over ``repeats``, after a compiling run. The drafter's maximum is ``max(ks) - 1``
+    (as an engine with ``k = max(ks) - 1``: its verify blocks are 1, 2, 4, ... and max(ks)
+    tokens), so give the ks of that engine's buckets to time exactly its block sizes. Same
+    JSON layout as :func:`verify_curve`, plus ``in_loop: true``.
+    """
+    import numpy as np
+
+    from specjax.engine import bucket_length, generate
+    from specjax.sampling import SamplingParams
+
+    if max(ks) < 2:
+        raise BenchError("the in-loop curve needs a k >= 2 (a drafted token)")
+    K = max(ks) - 1
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(max(prefix, 1))]
+    short, long = K + 2, K + 2 + steps  # token budgets: the same clipped tail
+    cache_len = -(-(bucket_length(len(prompt)) + long + 1) // 64) * 64
+    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
+           "relative": {}, "in_loop": True, "steps": steps, "engine_k": K}
+
+    def decode(n, drafter, policy, B):
+        r = generate(lm.model, [prompt] * B, max_new_tokens=n, cache_len=cache_len,
+                     sampling=SamplingParams(temperature=0.0), batch_size=B,
+                     drafter=drafter, policy=policy)
+        return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
+
+    def time_one(B, k):
+        drafter, policy = _JunkDrafter(max_k=K), _ConstPolicy(max_k=K, k=k - 1)
+        ts = []
+        for rep in range(repeats + 1):  # the first run compiles
+            t1, f1 = decode(short, drafter, policy, B)
+            t2, f2 = decode(long, drafter, policy, B)
+            if rep:
+                ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
+        return float(np.median(ts))
+
+    return _fill_curve(out, ks, batches, time_one, progress)
 
 
 def plot_verify_curve(curve: dict, path: str):
@@ -800,7 +917,8 @@ def plot_verify_curve(curve: dict, path: str):
     ax.set_xscale("log", base=2)
     ax.set_xlabel("tokens per row in the forward (k)")
     ax.set_ylabel("time relative to k = 1")
-    ax.set_title(f"Verify-cost curve (prefix {curve['prefix']})")
+    ax.set_title(f"Verify-cost curve inside the loop (prompt {curve['prefix']})"
+                 if curve.get("in_loop") else f"Verify-cost curve (prefix {curve['prefix']})")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -316,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--curve-batches", default="1,4,16", help="batch sizes for the curve")
     b.add_argument("--curve-prefix", type=int, default=256,
                    help="committed tokens in the cache under the timed forward")
+    b.add_argument("--in-loop", action="store_true",
+                   help="with --verify-curve: time whole steps of the speculative loop whose "
+                   "verify block holds k tokens (junk drafts, so one token per step) against "
+                   "a step that drafts nothing, instead of a lone forward; give the ks of "
+                   "the engine's verify buckets, e.g. --curve-ks 1,2,4,8,16,17 for k = 16")
     b.set_defaults(fn=cmd_bench)
     return p
 

@@ -223,6 +223,40 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
         assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), flag, value]) == 2
 
 
+def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
+    """--in-loop times whole loop steps with k - 1 junk drafts each; the file has the curve
+    layout the adaptive policy reads."""
+    import specjax.bench as bench
+    from specjax.bench import _ConstPolicy, _JunkDrafter
+    from specjax.engine import generate
+    from specjax.models.loaders import load
+    from specjax.policies.adaptive import load_cost_curve
+
+    real = bench.verify_curve_in_loop
+    monkeypatch.setattr(bench, "verify_curve_in_loop",
+                        lambda *a, **kw: real(*a, **{**kw, "steps": 4, "repeats": 1}))
+    out = tmp_path / "loop.json"
+    assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
+                 "--curve-ks", "1,2,4", "--curve-batches", "1,2", "--curve-prefix", "8",
+                 "--output", str(out)]) == 0
+    curve = json.loads(out.read_text())
+    assert curve["in_loop"] is True and curve["engine_k"] == 3 and curve["ks"] == [1, 2, 4]
+    for B in ("1", "2"):
+        assert curve["relative"][B][0] == 1.0 and all(s > 0 for s in curve["seconds"][B])
+    assert len(load_cost_curve(str(out))) == 4
+    # the probe drafts k - 1 tokens at every step (but the last two, which the engine clips
+    # to the token budget), and nothing when asked for 0
+    lm = load(str(tiny_gguf))
+    for k in (0, 2):
+        r = generate(lm.model, [[5, 6, 7, 8]], max_new_tokens=12, drafter=_JunkDrafter(3),
+                     policy=_ConstPolicy(3, k))
+        steps = r.target_forwards[0] - 1
+        assert steps >= 3 and k * (steps - 2) <= r.extra["drafted"][0] <= k * steps
+    assert main(["bench", "--in-loop", "--model", str(tiny_gguf)]) == 2  # curve only
+    assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
+                 "--curve-ks", "1"]) == 2  # nothing drafted
+
+
 def test_batch_size_sweep_helpers():
     from specjax.bench import parse_batch_sizes, parse_positive_ints, sweep_batches
 
