@@ -168,19 +168,29 @@ def time_rotating(op, input_sets, warmup: int, repeats: int) -> tuple[float, flo
 CHECK_TOLERANCES = {"float32": (2e-5, 2e-5), "bfloat16": (2e-2, 2e-2)}
 
 
-def xla_reference(inputs, part: str = "op") -> np.ndarray:
-    """What ``part`` computes (the whole op, or :func:`normalised_prefix` of the prefix
-    part), by "xla" on the float32 upcast of ``inputs``."""
+def part_output(impl: str, inputs, part: str = "op", block_k=None, num_splits=None
+                ) -> np.ndarray:
+    """What ``impl`` computes for ``part`` on ``inputs``, as float32: the whole op, or
+    :func:`normalised_prefix` of the prefix part."""
     import jax
     import jax.numpy as jnp
 
     from specjax.pallas_kernels.tree_attention import tree_attention
 
+    if part == "prefix":
+        return normalised_prefix(jax.jit(prefix_partial(impl, block_k, num_splits))(*inputs))
+    out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
+                                    num_splits=num_splits))(*inputs)
+    return np.asarray(out.astype(jnp.float32))
+
+
+def xla_reference(inputs, part: str = "op") -> np.ndarray:
+    """:func:`part_output` of "xla" on the float32 upcast of ``inputs``."""
+    import jax.numpy as jnp
+
     up = [x.astype(jnp.float32) if jnp.issubdtype(x.dtype, jnp.floating) else x
           for x in inputs]
-    if part == "prefix":
-        return normalised_prefix(jax.jit(prefix_partial("xla", None, None))(*up))
-    return np.asarray(jax.jit(functools.partial(tree_attention, implementation="xla"))(*up))
+    return part_output("xla", up, part)
 
 
 def check_against_xla(impl: str, inputs, ref: np.ndarray, dtype_name: str, block_k,
@@ -189,17 +199,7 @@ def check_against_xla(impl: str, inputs, ref: np.ndarray, dtype_name: str, block
     ``ref`` (:func:`xla_reference` of ``inputs`` and ``part``; <= atol means correct): a timing
     of a kernel that computes the wrong thing is worthless, and the kernel tests use small
     caches only."""
-    import jax
-    import jax.numpy as jnp
-
-    from specjax.pallas_kernels.tree_attention import tree_attention
-
-    if part == "prefix":
-        out = normalised_prefix(jax.jit(prefix_partial(impl, block_k, num_splits))(*inputs))
-    else:
-        out = jax.jit(functools.partial(tree_attention, implementation=impl, block_k=block_k,
-                                        num_splits=num_splits))(*inputs)
-        out = np.asarray(out.astype(jnp.float32))
+    out = part_output(impl, inputs, part, block_k, num_splits)
     _, rtol = CHECK_TOLERANCES[dtype_name]
     return float(np.max(np.abs(out - ref) - rtol * np.abs(ref)))
 

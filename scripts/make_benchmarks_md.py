@@ -229,7 +229,8 @@ def kernel_section(d: dict, name: str) -> list[str]:
         f"- measured in the same run: copy {d['copy_bandwidth_gbs']:.1f} GB/s (read + write), "
         f"read {d['read_bandwidth_gbs']:.1f} GB/s" + (
             "; on a CPU the copy's time is mostly the first touch of its fresh output pages, "
-            "so the \"of copy bw\" column overstates how near the op comes to the memory limit: read \"of read bw\""
+            "so the \"of copy bw\" column overstates how near the op comes to the memory "
+            "limit: read \"of read bw\""
             if dev.get("backend") == "cpu" else ""),
         "",
         "| implementation | dtype | nodes | prefix | median us | achieved GB/s | of copy bw "
@@ -261,8 +262,9 @@ def replay_section(d: dict) -> list[str]:
         "## Prompt lookup replayed offline (what each drafting strategy could give)",
         "",
         f"- date: {d.get('date', '?')}; command: `{d['command']}`; model {d['model']}, "
-        f"greedy, {d['max_new_tokens']} new tokens; strategies replayed over plain decoding's outputs, verify forwards charged "
-        "from the verify-cost curve (no prefill, no loop overhead)",
+        f"greedy, {d['max_new_tokens']} new tokens; strategies replayed over plain decoding's "
+        "outputs, verify forwards charged from the verify-cost curve (no prefill, no loop "
+        "overhead)",
         "- cells: tokens per unit of verify cost, i.e. the decode-phase speedup if drafting were "
         "free (tau in brackets); oracle: tau of copying the longest run (<= 8) from anywhere "
         "in the prompt and the text so far" + (

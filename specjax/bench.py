@@ -441,18 +441,20 @@ def summarize_batch_sizes(runs, sweep_runs, methods, batch_sizes, batch_size, co
     return {"batch_sizes": list(batch_sizes), "rows": rows}
 
 
+def per_repeat_rates(runs: list[Run], reps, tokens, seconds) -> list[float]:
+    """``sum(tokens(r)) / sum(seconds(r))`` over the runs of each repeat in ``reps``."""
+    return [sum(tokens(r) for r in runs if r.repeat == k) /
+            max(sum(seconds(r) for r in runs if r.repeat == k), 1e-9) for k in reps]
+
+
 def decode_rates(runs: list[Run], reps) -> list[float] | None:
     """Decode-phase tokens/s per repeat: the tokens after each row's first (which the prefill
     picks) over the wall time after the prefill; None when a run has no prefill time (a peer,
     or a journal written before prefill times were kept)."""
     if not runs or any(r.prefill_s is None for r in runs):
         return None
-    out = []
-    for k in reps:
-        rk = [r for r in runs if r.repeat == k]
-        toks = sum(r.new_tokens - len(r.prompt_ids) for r in rk)
-        out.append(toks / max(sum(r.wall_s - r.prefill_s for r in rk), 1e-9))
-    return out
+    return per_repeat_rates(runs, reps, lambda r: r.new_tokens - len(r.prompt_ids),
+                            lambda r: r.wall_s - r.prefill_s)
 
 
 def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bool) -> dict:
@@ -468,9 +470,7 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
         for m in methods:
             mr = [r for r in cat_runs if r.method == m]
             reps = sorted({r.repeat for r in mr})
-            per_rep = [sum(r.new_tokens for r in mr if r.repeat == k) /
-                       max(sum(r.wall_s for r in mr if r.repeat == k), 1e-9) for k in reps]
-            tps[m] = per_rep
+            tps[m] = per_repeat_rates(mr, reps, lambda r: r.new_tokens, lambda r: r.wall_s)
             dps[m] = decode_rates(mr, reps)
         ar_med = statistics.median(tps["ar"]) if tps.get("ar") else None
         ar_dec = statistics.median(dps["ar"]) if dps.get("ar") else None
@@ -638,7 +638,8 @@ def main_bench(args, argv) -> int:
     from specjax.methods import METHODS
 
     quantize = getattr(args, "quantize", "none")
-    if getattr(args, "in_loop", False) and not args.verify_curve:
+    in_loop = getattr(args, "in_loop", False)
+    if in_loop and not args.verify_curve:
         raise BenchError("--in-loop only applies with --verify-curve")
     if args.verify_curve:
         ks = parse_positive_ints(args.curve_ks, "--curve-ks", strict=True)
@@ -650,7 +651,7 @@ def main_bench(args, argv) -> int:
             raise BenchError(f"--curve-prefix must be >= 0, got {args.curve_prefix}")
         lm = _load(args)
         with tqdm(total=len(ks) * len(bs), desc="verify curve", file=sys.stderr) as bar:
-            if getattr(args, "in_loop", False):
+            if in_loop:
                 curve = verify_curve_in_loop(lm, ks, bs, prefix=args.curve_prefix,
                                              progress=bar.update)
             else:
