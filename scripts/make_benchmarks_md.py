@@ -258,19 +258,27 @@ def kernel_section(d: dict, name: str) -> list[str]:
 def replay_section(d: dict) -> list[str]:
     cats = d["categories"]
     names = list(next(iter(cats.values()))["strategies"])
+    src = d.get("cost_source", "built-in")
     out = [
-        "## Prompt lookup replayed offline (what each drafting strategy could give)",
+        "## Prompt lookup replayed offline (what each drafting strategy could give)"
+        + ("" if src.startswith("built-in") else f", costs from {Path(src).name}"),
         "",
         f"- date: {d.get('date', '?')}; command: `{d['command']}`; model {d['model']}, "
         f"greedy, {d['max_new_tokens']} new tokens; strategies replayed over plain decoding's "
-        "outputs, verify forwards charged from the verify-cost curve (no prefill, no loop "
-        "overhead)",
+        f"outputs, verify forwards charged from the verify-cost curve ({src}; no prefill, no "
+        "loop overhead)" + (
+            f"; the replayed policy decides with the {d['policy_cost_source']} curve"
+            if "policy_cost_source" in d else ""),
         "- cells: tokens per unit of verify cost, i.e. the decode-phase speedup if drafting were "
         "free (tau in brackets); oracle: tau of copying the longest run (<= 8) from anywhere "
         "in the prompt and the text so far" + (
             "; hindsight: the engine's lookup drafting, at every step, exactly the tokens that "
             "will be accepted (a perfect draft-length choice, the reference for any policy)"
-            if any(n.startswith("hindsight") for n in names) else ""),
+            if any(n.startswith("hindsight") for n in names) else "") + (
+            "; oracle copy, perfect length: the oracle's copies at the engine's verify costs, "
+            "each step drafting exactly what is accepted (the ceiling of any copy-based "
+            "drafter under any draft-length policy)"
+            if any(n.startswith("oracle copy") for n in names) else ""),
         "",
         "| category | oracle tau | " + " | ".join(names) + " |",
         "| --- | ---: | " + " | ".join("---:" for _ in names) + " |",
@@ -279,6 +287,21 @@ def replay_section(d: dict) -> list[str]:
         cells = [f"{r['strategies'][n]['per_cost']:.2f} ({r['strategies'][n]['tau']:.2f})"
                  for n in names]
         out.append(f"| {cat} | {r['oracle']['tau']:.2f} | " + " | ".join(cells) + " |")
+    ref = [n for n in names if not n.startswith(("chain", "tree"))]
+    if all("plain_prefill_s" in r for r in cats.values()):
+        out += [
+            "",
+            "End to end, with the prefill and decode times of the plain decoding run "
+            "(`(prefill + decode) / (prefill + decode / speedup)`; upper bounds: no drafting or "
+            "loop overhead is charged):",
+            "",
+            "| category | plain decoding's prefill share | " + " | ".join(ref) + " |",
+            "| --- | ---: | " + " | ".join("---:" for _ in ref) + " |",
+        ]
+        for cat, r in cats.items():
+            pre, dec = r["plain_prefill_s"], r["plain_decode_s"]
+            out.append(f"| {cat} | {pre / max(pre + dec, 1e-9):.0%} | " + " | ".join(
+                f"{r['strategies'][n]['end_to_end']:.2f}" for n in ref) + " |")
     return out + [""]
 
 
@@ -311,8 +334,7 @@ def main():
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
-    f = RES / "replay_prompt_lookup.json"
-    if f.exists():
+    for f in sorted(RES.glob("replay_prompt_lookup*.json")):
         lines += replay_section(json.loads(f.read_text()))
     for f in sorted(RES.glob("verify_curve*.json")):
         png = f"{f.stem}.png" if (RES / f"{f.stem}.png").exists() else None

@@ -22,7 +22,14 @@ adaptive policy does). Reported per category:
   bound: a shorter draft changes later lookups);
 * ``oracle``: the longest run of the output that occurs anywhere in the prompt and the text so
   far (the ceiling of any copy-based drafter that picks the best source position, at most k
-  tokens, verification free).
+  tokens, verification free); ``oracle copy, perfect length``: the same copies charged at the
+  engine's bucketed verify costs, each step drafting exactly what is accepted (the ceiling
+  of any copy-based drafter under any draft-length policy, for that cost curve).
+
+A second table turns the reference strategies' figures into end-to-end speedups with the
+prefill and decode times of the plain decoding run (timed on its second run per prompt):
+``(prefill + decode) / (prefill + decode / speedup)``. These are upper bounds of what the
+engine can reach: they charge no drafting and no loop overhead.
 
 This is what told us which prompt-lookup ideas can pay before building them in the engine:
 
@@ -112,19 +119,45 @@ def hindsight(prompt: Sequence[int], output: Sequence[int], cost: Sequence[float
                   charge=lambda cands, n_acc: block_cost[n_acc])
 
 
+def best_copy(seq: Sequence[int], target: Sequence[int], k: int) -> tuple[int, ...]:
+    """The longest prefix of ``target`` (at most ``k`` tokens) that occurs as a run anywhere in
+    ``seq`` (the most recent such run; empty when not even one token does)."""
+    best: tuple[int, ...] = ()
+    for j in range(len(seq) - 1, -1, -1):
+        n = accepted(seq[j:j + k], target[:k])
+        if n > len(best):
+            best = tuple(target[:n])
+            if n == min(k, len(target)):
+                break
+    return best
+
+
+def oracle(prompt: Sequence[int], output: Sequence[int], k: int,
+           block_cost: Sequence[float] | None = None):
+    """(forwards, total relative cost) when each step copies the longest possible run (at
+    most ``k``) from anywhere in the prompt and the text so far, drafting exactly the tokens
+    that will be accepted: the ceiling of any copy-based drafter with any draft-length policy
+    (both source and length chosen knowing the answer). ``block_cost[d]`` charges a
+    ``d``-token draft (default: nothing, i.e. free verification; only forwards count)."""
+    def propose(seq):
+        c = best_copy(seq, output[len(seq) - len(prompt):], k)
+        return [c] if c else []
+
+    charge = (lambda cands, n_acc: 0.0) if block_cost is None else (
+        lambda cands, n_acc: float(block_cost[n_acc]))
+    return replay(prompt, output, propose, (), charge=charge)
+
+
 def oracle_forwards(prompt: Sequence[int], output: Sequence[int], k: int) -> int:
-    """Forwards when each step copies the longest possible run (at most ``k``) from anywhere
-    in the prompt and the text so far."""
-    seq = list(prompt) + list(output[:1])
-    pos, forwards = 1, 0
-    while pos < len(output):
-        best = max((accepted(seq[j:j + k], output[pos:pos + k]) for j in range(len(seq))),
-                   default=0)
-        step = min(best + 1, len(output) - pos)
-        seq += output[pos:pos + step]
-        pos += step
-        forwards += 1
-    return forwards
+    """Forwards of :func:`oracle` (free verification)."""
+    return oracle(prompt, output, k)[0]
+
+
+def end_to_end(speedup: float, prefill_s: float, decode_s: float) -> float:
+    """The end-to-end speedup over plain decoding that a decode-phase speedup ``speedup``
+    gives when plain decoding spends ``prefill_s`` in prefill and ``decode_s`` after it (the
+    prefill is the same for both)."""
+    return (prefill_s + decode_s) / (prefill_s + decode_s / speedup)
 
 
 STRATEGIES = {  # name -> (k, min_ngram, max_ngram, candidates)
@@ -140,16 +173,19 @@ STRATEGIES = {  # name -> (k, min_ngram, max_ngram, candidates)
 
 
 def replay_policy(prompt: Sequence[int], output: Sequence[int], policy, max_ngram: int = 3,
-                  min_ngram: int = 2, max_new: int | None = None):
+                  min_ngram: int = 2, max_new: int | None = None,
+                  block_cost: Sequence[float] | None = None):
     """(forwards, total relative cost) with the engine's own draft-length ``policy`` (e.g.
     :class:`specjax.policies.adaptive.AdaptivePolicy`, batch 1) deciding k at every step, the
     drafter proposing ``min(k, available)`` tokens, and the verify block charged at the
-    engine's bucketed block size (``policy._bucketed_cost``). With ``max_new`` (the token
-    budget of the run that produced ``output``), k is clipped to the budget left after the
-    step's own token, as the engine clips it."""
+    engine's bucketed block size: ``block_cost[d]`` for a ``d``-token draft (default: the
+    policy's own curve, ``policy._bucketed_cost``). With ``max_new`` (the token budget of the
+    run that produced ``output``), k is clipped to the budget left after the step's own
+    token, as the engine clips it."""
     import jax.numpy as jnp
 
-    bucketed = [float(c) for c in policy._bucketed_cost()]
+    bucketed = [float(c) for c in (policy._bucketed_cost() if block_cost is None
+                                   else block_cost)]
     state = policy.init(1)
     seq = list(prompt) + list(output[:1])
     pos, forwards, total = 1, 0, 0.0
@@ -175,7 +211,9 @@ def analyse(pairs: list[tuple[list[int], list[int]]], cost: Sequence[float],
     """Per-strategy tau and tokens per cost over ``(prompt, output)`` pairs, plus the oracle
     and, given ``policy``, the engine's default prompt lookup (that policy, k <= its max_k,
     clipped to the ``max_new`` budget) and its hindsight reference (the same drafter and bucketed
-    costs, each step drafting exactly what is accepted)."""
+    costs, each step drafting exactly what is accepted). Every strategy is charged from
+    ``cost`` (at the engine's bucketed block sizes where the engine is replayed); the policy
+    decides with its own curve."""
     tokens = sum(max(0, len(o) - 1) for _, o in pairs)
     res = {"tokens": tokens, "strategies": {}}
 
@@ -184,11 +222,15 @@ def analyse(pairs: list[tuple[list[int], list[int]]], cost: Sequence[float],
                                    "per_cost": tokens / max(sum(r[1] for r in runs), 1e-9)}
 
     if policy is not None:
+        bucketed = [float(c) for c in
+                    dataclasses.replace(policy, cost=tuple(cost))._bucketed_cost()]
         add(f"engine default ({policy.name}, k<={policy.max_k}, n2-3)",
-            [replay_policy(p, o, policy, max_new=max_new) for p, o in pairs])
-        bucketed = [float(c) for c in policy._bucketed_cost()]
+            [replay_policy(p, o, policy, max_new=max_new, block_cost=bucketed)
+             for p, o in pairs])
         add(f"hindsight k<={policy.max_k}, n2-3",
             [hindsight(p, o, cost, policy.max_k, block_cost=bucketed) for p, o in pairs])
+        add(f"oracle copy, perfect length, k<={policy.max_k}",
+            [oracle(p, o, policy.max_k, block_cost=bucketed) for p, o in pairs])
     for name, (k, lo, hi, c) in STRATEGIES.items():
         def propose(seq, k=k, lo=lo, hi=hi, c=c):
             return continuations(seq, k, hi, lo, c)
@@ -210,8 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--categories", nargs="*", default=None)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--cost", default=None,
-                   help="verify-curve JSON (specjax bench --verify-curve); default: the "
-                        "adaptive policy's built-in curve for the model")
+                   help="verify-curve JSON (specjax bench --verify-curve) that every "
+                        "strategy is charged from; default: the adaptive policy's built-in "
+                        "curve for the model")
+    p.add_argument("--policy-cost", default=None,
+                   help="verify-curve JSON the replayed policy decides with; default: its "
+                        "built-in curve, as the engine runs it")
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)
 
@@ -235,16 +281,27 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     by_cat: dict[str, list[tuple[list[int], list[int]]]] = {}
+    times: dict[str, list[float]] = {}  # category -> [prefill s, decode s] of plain decoding
     for r in tqdm(records, desc="plain decoding", file=sys.stderr):
         ids = lm.tokenizer.encode_chat(r.prompt)
-        out = generate(lm.model, [ids], max_new_tokens=args.max_new_tokens,
-                       eos_ids=lm.tokenizer.eos_ids).tokens[0]
-        by_cat.setdefault(r.category or "-", []).append((ids, [int(t) for t in out]))
+        for _ in range(2):  # the second run is timed (the first may compile)
+            res = generate(lm.model, [ids], max_new_tokens=args.max_new_tokens,
+                           eos_ids=lm.tokenizer.eos_ids)
+        cat = r.category or "-"
+        by_cat.setdefault(cat, []).append((ids, [int(t) for t in res.tokens[0]]))
+        t = times.setdefault(cat, [0.0, 0.0])
+        t[0] += res.prefill_s[0]
+        t[1] += res.wall_s[0] - res.prefill_s[0]
     _, policy = build("prompt_lookup", lm, {})  # the engine's default policy
-    if args.cost:
-        policy = dataclasses.replace(policy, cost=tuple(cost))
+    if args.policy_cost:
+        policy = dataclasses.replace(policy, cost=load_cost_curve(args.policy_cost))
     report = {cat: analyse(pairs, cost, policy=policy, max_new=args.max_new_tokens)
               for cat, pairs in by_cat.items()}
+    for cat, r in report.items():  # what each decode-phase figure gives end to end
+        pre, dec = times[cat]
+        r["plain_prefill_s"], r["plain_decode_s"] = pre, dec
+        for st in r["strategies"].values():
+            st["end_to_end"] = end_to_end(st["per_cost"], pre, dec)
     names = list(next(iter(report.values()))["strategies"])
     print("| category | oracle tau (k=8) | " + " | ".join(names) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in names) + " |")
@@ -253,6 +310,14 @@ def main(argv: list[str] | None = None) -> int:
                  for n in names]
         print(f"| {cat} | {r['oracle']['tau']:.2f} | " + " | ".join(cells) + " |")
     print("(cells: tokens per unit of verify cost (tau))")
+    ref = [n for n in names if not n.startswith("chain") and not n.startswith("tree")]
+    print("\n| category | plain decoding's prefill share | " + " | ".join(
+        f"{n}: end to end" for n in ref) + " |")
+    print("| --- | ---: | " + " | ".join("---:" for _ in ref) + " |")
+    for cat, r in report.items():
+        share = r["plain_prefill_s"] / max(r["plain_prefill_s"] + r["plain_decode_s"], 1e-9)
+        print(f"| {cat} | {share:.0%} | " + " | ".join(
+            f"{r['strategies'][n]['end_to_end']:.2f}" for n in ref) + " |")
     if args.output:
         from pathlib import Path
 
@@ -262,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
             [sys.argv[0]] + (sys.argv[1:] if argv is None else argv)),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "model": args.model, "max_new_tokens": args.max_new_tokens,
-            "cost": list(cost), "categories": report}, indent=2) + "\n")
+            "cost": list(cost), "cost_source": args.cost or "built-in (adaptive policy default)",
+            "policy_cost_source": args.policy_cost or "built-in",
+            "categories": report}, indent=2) + "\n")
         print(f"wrote {path}")
     return 0
 

@@ -127,3 +127,46 @@ def test_replay_policy_clips_k_to_the_budget(rp):
     # drafted; clipped to the 7-token budget, k <= 7 - 1 - 1 = 5 is drafted
     assert rp.replay_policy(prompt, out, Fixed8()) == (1, 7.0)
     assert rp.replay_policy(prompt, out, Fixed8(), max_new=7) == (1, 5.0)
+
+
+def test_costed_oracle_by_hand_and_as_a_ceiling(rp):
+    cost = [1.0 + 0.25 * i for i in range(17)]
+    # after the prefill's 1, the run 2, 3 occurs at prompt position 1 (accepted, then the
+    # correction 7), then 1, 2, 3 (accepted, then the correction 9); each step is charged
+    # at the accepted length, not at k
+    prompt, output = [1, 2, 3, 4], [1, 2, 3, 7, 1, 2, 3, 9]
+    assert rp.best_copy(prompt + [1], [2, 3, 7], 16) == (2, 3)
+    assert rp.best_copy([4, 4], [5], 16) == ()
+    fw, total = rp.oracle(prompt, output, 16, block_cost=cost)
+    assert (fw, total) == (2, cost[2] + cost[3])
+    assert rp.oracle(prompt, output, 16) == (2, 0.0)  # free verification
+    assert rp.oracle_forwards(prompt, output, 2) == 3  # at most 2 copied per step
+    rng = np.random.default_rng(3)
+    for _ in range(30):  # no lookup strategy, with hindsight length, beats the costed oracle
+        prompt = rng.integers(0, 3, 12).tolist()
+        output = rng.integers(0, 3, 20).tolist()
+        o_fw, o_cost = rp.oracle(prompt, output, 16, block_cost=cost)
+        for lo in (1, 2):
+            h_fw, h_cost = rp.replay(
+                prompt, output, lambda s, lo=lo: rp.continuations(s, 16, 3, lo), cost,
+                charge=lambda cands, n: cost[n])
+            assert o_fw <= h_fw and o_cost <= h_cost + 1e-9
+
+
+def test_end_to_end_conversion(rp):
+    # 1 s prefill + 4 s decode; the decode phase 2x faster: 5 s against 3 s
+    assert rp.end_to_end(2.0, 1.0, 4.0) == pytest.approx(5.0 / 3.0)
+    assert rp.end_to_end(1.0, 1.0, 4.0) == pytest.approx(1.0)
+    assert rp.end_to_end(3.0, 0.0, 6.0) == pytest.approx(3.0)
+
+
+def test_replay_policy_charges_the_given_costs_and_decides_with_its_own(rp):
+    from specjax.policies.adaptive import AdaptivePolicy
+
+    policy = AdaptivePolicy(4, cost=(1.0, 1.1, 1.2, 1.3, 1.4))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
+    output = prompt + prompt[:6]
+    fw, total = rp.replay_policy(prompt, output, policy)
+    doubled = [2 * float(c) for c in policy._bucketed_cost()]
+    fw2, total2 = rp.replay_policy(prompt, output, policy, block_cost=doubled)
+    assert fw2 == fw and total2 == pytest.approx(2 * total)  # same decisions, other charges
