@@ -267,13 +267,20 @@ def main(argv: list[str] | None = None) -> int:
     from specjax.engine import generate
     from specjax.models.loaders import load
     from specjax.methods import build
+    from specjax.drafters.base import DrafterError
     from specjax.policies.adaptive import default_cost, load_cost_curve
 
+    try:  # before the model and the decoding, so a wrong path fails at once
+        given_cost = load_cost_curve(args.cost) if args.cost else None
+        policy_cost = load_cost_curve(args.policy_cost) if args.policy_cost else None
+    except DrafterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     lm = load(args.model)
     if lm.tokenizer is None:
         print(f"error: {args.model!r} has no tokenizer", file=sys.stderr)
         return 2
-    cost = load_cost_curve(args.cost) if args.cost else default_cost(lm)
+    cost = given_cost if given_cost is not None else default_cost(lm)
     records = [r for r in load_prompts(args.prompts)
                if args.categories is None or r.category in args.categories]
     if not records:
@@ -293,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
         t[0] += res.prefill_s[0]
         t[1] += res.wall_s[0] - res.prefill_s[0]
     _, policy = build("prompt_lookup", lm, {})  # the engine's default policy
-    if args.policy_cost:
-        policy = dataclasses.replace(policy, cost=load_cost_curve(args.policy_cost))
+    if policy_cost is not None:
+        policy = dataclasses.replace(policy, cost=policy_cost)
     report = {cat: analyse(pairs, cost, policy=policy, max_new=args.max_new_tokens)
               for cat, pairs in by_cat.items()}
     for cat, r in report.items():  # what each decode-phase figure gives end to end

@@ -170,3 +170,15 @@ def test_replay_policy_charges_the_given_costs_and_decides_with_its_own(rp):
     doubled = [2 * float(c) for c in policy._bucketed_cost()]
     fw2, total2 = rp.replay_policy(prompt, output, policy, block_cost=doubled)
     assert fw2 == fw and total2 == pytest.approx(2 * total)  # same decisions, other charges
+
+
+@pytest.mark.parametrize("flag", ["--cost", "--policy-cost"])
+def test_bad_cost_curve_is_a_clear_error_before_any_work(rp, flag, tmp_path, capsys):
+    bad = tmp_path / "curve.json"
+    bad.write_text('{"ks": [1, 2]}')
+    # the model name is never loaded: the curve is checked first
+    assert rp.main([flag, str(bad), "--model", "no-such-model"]) == 2
+    err = capsys.readouterr().err
+    assert "curve.json" in err and "not a verify-curve JSON" in err
+    assert rp.main([flag, str(tmp_path / "missing.json"), "--model", "no-such-model"]) == 2
+    assert "verify-curve file not found" in capsys.readouterr().err
