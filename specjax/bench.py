@@ -807,15 +807,22 @@ def _fill_curve(out: dict, ks, batches, time_one, progress) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class _JunkDrafter:
-    """Drafts ``k`` copies of one token every step (the in-loop curve's probe): the target
-    verifies a ``k + 1``-token block and, as the junk is almost never accepted, each step
-    yields one token."""
+    """Drafts ``n`` copies of one token every step (fewer when the engine asks for fewer; 0:
+    a plain step inside the loop), the in-loop curve's probe: the target verifies an
+    ``n + 1``-token block and, as the junk is almost never accepted, each step yields one
+    token. ``max_k`` sets the engine's verify buckets, whatever ``n``."""
 
     max_k: int
+    n: int
     token: int = 0
     name: str = "junk"
     deterministic: bool = True
     tree: None = None
+
+    def __post_init__(self):
+        if not 0 <= self.n <= self.max_k:
+            raise BenchError(f"the junk drafter drafts 0..max_k ({self.max_k}) tokens, "
+                             f"got {self.n}")
 
     def params(self):
         return None
@@ -829,30 +836,10 @@ class _JunkDrafter:
         from specjax.tree import DraftTree
 
         B = ctx.seq.shape[0]
-        return (DraftTree.chain(jnp.full((B, self.max_k), self.token, jnp.int32), k), state,
-                ctx.target_cache)
+        return (DraftTree.chain(jnp.full((B, self.max_k), self.token, jnp.int32),
+                                jnp.minimum(k, self.n)), state, ctx.target_cache)
 
     def update(self, params, state, ctx, n_acc, tree, path):
-        return state
-
-
-@dataclasses.dataclass(frozen=True)
-class _ConstPolicy:
-    """Asks for ``k`` draft tokens every step (0 allowed: a plain step inside the loop)."""
-
-    max_k: int
-    k: int
-    name: str = "const"
-
-    def init(self, batch: int):
-        return ()
-
-    def decide(self, state, ctx):
-        import jax.numpy as jnp
-
-        return jnp.full(ctx.seq_len.shape, self.k, jnp.int32)
-
-    def update(self, state, k, n_draft, n_acc):
         return state
 
 
@@ -887,18 +874,17 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
     out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
            "relative": {}, "in_loop": True, "steps": steps, "engine_k": K}
 
-    def decode(n, drafter, policy, B):
+    def decode(n, drafter, B):  # the engine's default policy asks for max_k every step
         r = generate(lm.model, [prompt] * B, max_new_tokens=n, cache_len=cache_len,
-                     sampling=SamplingParams(temperature=0.0), batch_size=B,
-                     drafter=drafter, policy=policy)
+                     sampling=SamplingParams(temperature=0.0), batch_size=B, drafter=drafter)
         return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
 
     def time_one(B, k):
-        drafter, policy = _JunkDrafter(max_k=K), _ConstPolicy(max_k=K, k=k - 1)
+        drafter = _JunkDrafter(max_k=K, n=k - 1)
         ts = []
         for rep in range(repeats + 1):  # the first run compiles
-            t1, f1 = decode(short, drafter, policy, B)
-            t2, f2 = decode(long, drafter, policy, B)
+            t1, f1 = decode(short, drafter, B)
+            t2, f2 = decode(long, drafter, B)
             if rep:
                 ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
         return float(np.median(ts))

@@ -227,7 +227,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     """--in-loop times whole loop steps with k - 1 junk drafts each; the file has the curve
     layout the adaptive policy reads."""
     import specjax.bench as bench
-    from specjax.bench import _ConstPolicy, _JunkDrafter
+    from specjax.bench import _JunkDrafter
     from specjax.engine import generate
     from specjax.models.loaders import load
     from specjax.policies.adaptive import load_cost_curve
@@ -248,10 +248,11 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     # to the token budget), and nothing when asked for 0
     lm = load(str(tiny_gguf))
     for k in (0, 2):
-        r = generate(lm.model, [[5, 6, 7, 8]], max_new_tokens=12, drafter=_JunkDrafter(3),
-                     policy=_ConstPolicy(3, k))
+        r = generate(lm.model, [[5, 6, 7, 8]], max_new_tokens=12, drafter=_JunkDrafter(3, k))
         steps = r.target_forwards[0] - 1
         assert steps >= 3 and k * (steps - 2) <= r.extra["drafted"][0] <= k * steps
+    with pytest.raises(BenchError, match="0..max_k"):
+        _JunkDrafter(3, 4)
     assert main(["bench", "--in-loop", "--model", str(tiny_gguf)]) == 2  # curve only
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
                  "--curve-ks", "1"]) == 2  # nothing drafted
