@@ -27,10 +27,7 @@ import numpy as np
 
 from specjax.data.builtin import BUILTIN  # noqa: F401  (the default prompts, re-exported)
 from specjax.methods import base_method, build, describe
-
-
-class BenchError(ValueError):
-    pass
+from specjax.errors import BenchError  # noqa: F401  (re-exported)
 
 
 def load_prompts(spec: str, categories: list[str] | None = None, limit: int | None = None

@@ -8,6 +8,7 @@ import sys
 import time
 
 from specjax.methods import METHODS
+from specjax.errors import CLIError  # noqa: F401  (re-exported)
 
 BUILTIN_PROMPTS = [
     {"id": "builtin-chat", "prompt": "Give me three tips for staying focused while studying."},
@@ -20,10 +21,6 @@ BUILTIN_PROMPTS = [
                                         "praised the safety benefits but worried about parking. "
                                         "The council will vote next month."},
 ]
-
-
-class CLIError(Exception):
-    pass
 
 
 def _dtype(name: str):
@@ -367,13 +364,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    from specjax.bench import BenchError
-    from specjax.config import ConfigError
-    from specjax.drafters.base import DrafterError
-    from specjax.engine import GenerationError
-    from specjax.models.weights import CheckpointError
-    from specjax.sampling import SamplingError
-    from specjax.tokenizer import TokenizerError
+    from specjax.errors import SpecjaxError
 
     try:
         if getattr(args, "config", None):
@@ -381,8 +372,7 @@ def main(argv=None) -> int:
             args = parser.parse_args(argv)
         args.argv = argv  # the command line as run (a config expanded into its flags)
         return args.fn(args)
-    except (CLIError, CheckpointError, GenerationError, SamplingError, TokenizerError,
-            DrafterError, BenchError, ConfigError) as e:
+    except SpecjaxError as e:
         print(f"specjax: error: {e}", file=sys.stderr)
         return 2
 

@@ -7,10 +7,7 @@ import math
 from typing import Any
 
 import numpy as np
-
-
-class ConfigError(ValueError):
-    """A model configuration that cannot work."""
+from specjax.errors import ConfigError  # noqa: F401  (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

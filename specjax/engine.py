@@ -19,10 +19,7 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.models.llama import Llama
 from specjax.sampling import SamplingParams, process_logits
-
-
-class GenerationError(ValueError):
-    """Bad input to :func:`generate` (empty prompt, prompt longer than the cache, ...)."""
+from specjax.errors import GenerationError  # noqa: F401  (re-exported)
 
 
 # ----------------------------------------------------------------------------- state

@@ -11,10 +11,7 @@ import math
 
 import jax
 import jax.numpy as jnp
-
-
-class SamplingError(ValueError):
-    """Invalid sampling parameters."""
+from specjax.errors import SamplingError  # noqa: F401  (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ import jinja2
 import jinja2.sandbox
 from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
+from specjax.errors import TokenizerError  # noqa: F401  (re-exported)
 
 # GGUF token types (llama.cpp's llama_token_type)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
@@ -23,10 +24,6 @@ _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
-
-
-class TokenizerError(ValueError):
-    """A tokenizer that cannot be built from the given checkpoint."""
 
 
 def _pre_tokenizer(pre: str | None):

@@ -28,10 +28,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-
-
-class TreeError(ValueError):
-    """An invalid tree topology or tree option."""
+from specjax.errors import TreeError  # noqa: F401  (re-exported)
 
 
 KINDS = ("chain", "fixed", "topk", "dynamic")

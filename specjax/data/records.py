@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-
-
-class DataError(ValueError):
-    """A data file that cannot be read: the message names the file (and line, where known)."""
+from specjax.errors import DataError  # noqa: F401  (re-exported)
 
 
 class TruncatedDataWarning(UserWarning):

@@ -28,10 +28,7 @@ import jax.numpy as jnp
 from specjax.cache import KVCache
 from specjax.sampling import process_logits
 from specjax.tree import DraftTree, TreeSpec, node_depths
-
-
-class DrafterError(ValueError):
-    """A drafter configuration that cannot work (bad k, exit layer, skip set, vocabulary)."""
+from specjax.errors import DrafterError  # noqa: F401  (re-exported)
 
 
 @jax.tree_util.register_dataclass

@@ -11,10 +11,7 @@ from flax import nnx
 
 from specjax.config import ModelConfig
 from specjax.models.llama import Llama
-
-
-class CheckpointError(ValueError):
-    """A checkpoint file that cannot be loaded: names the file and the problem."""
+from specjax.errors import CheckpointError  # noqa: F401  (re-exported)
 
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
