@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         t = times.setdefault(cat, [0.0, 0.0])
         t[0] += res.prefill_s[0]
         t[1] += res.wall_s[0] - res.prefill_s[0]
-    _, policy = build("prompt_lookup", lm, {})  # the engine's default policy
+    _, policy, _ = build("prompt_lookup", lm, {})  # the engine's default policy
     if policy_cost is not None:
         policy = dataclasses.replace(policy, cost=policy_cost)
     report = {cat: analyse(pairs, cost, policy=policy, max_new=args.max_new_tokens)

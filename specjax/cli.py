@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
-from specjax.methods import METHODS
+from specjax._runtime import load_for_run
 from specjax.errors import CLIError  # noqa: F401  (re-exported)
+from specjax.methods import METHODS
 
 BUILTIN_PROMPTS = [
     {"id": "builtin-chat", "prompt": "Give me three tips for staying focused while studying."},
@@ -21,15 +21,6 @@ BUILTIN_PROMPTS = [
                                         "praised the safety benefits but worried about parking. "
                                         "The council will vote next month."},
 ]
-
-
-def _dtype(name: str):
-    import jax.numpy as jnp
-
-    table = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-    if name not in table:
-        raise CLIError(f"--dtype must be one of {sorted(table)}, got {name!r}")
-    return table[name]
 
 
 def read_prompts(path: str) -> list[dict]:
@@ -48,35 +39,18 @@ def read_prompts(path: str) -> list[dict]:
 
 
 def _load(args):
-    from specjax.models.loaders import load
-    from specjax.models.quant import QUANT_MODES
-
-    t0 = time.perf_counter()
-    quantize = getattr(args, "quantize", "none")
-    if quantize not in QUANT_MODES:
-        raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
-    lm = load(args.model, dtype=_dtype(args.dtype), quantize=quantize)
-    if (lm.format == "random" and not getattr(args, "verify_curve", False)
-            and getattr(args, "cmd", None) != "info"):
-        raise CLIError(f"{args.model!r} has random weights and no tokenizer: it serves "
-                       "`specjax bench --verify-curve` (timings) only; give a checkpoint or "
-                       "a preset name to decode text")
+    """The model the flags name (:func:`specjax._runtime.load_for_run`), refused or warned
+    about as the command needs: random weights serve ``info`` and ``bench --verify-curve``
+    only; a quantized target decoded speculatively is not token-identical."""
+    verify_curve = getattr(args, "verify_curve", False)
     listed = [m.strip().split("@")[0] for m in (getattr(args, "methods", "") or "").split(",")]
-    speculative = not getattr(args, "verify_curve", False) and (
+    speculative = not verify_curve and (
         getattr(args, "cmd", None) == "demo" or getattr(args, "method", "ar") != "ar"
         or any(m not in ("ar", "") for m in listed))
-    if quantize != "none" and speculative:
-        print(f"warning: speculative decoding on a {quantize} target is not token-identical to "
-              f"plain {quantize} decoding (int8 rounding of activations amplifies last-bit "
-              "differences between the verify and decode forwards; see specjax.models.quant)",
-              file=sys.stderr)
-    try:
-        lm.model.set_attention_impl(getattr(args, "attention_impl", "dense"))
-    except ValueError as e:
-        raise CLIError(f"--attention-impl: {e}") from None
-    print(f"loaded {args.model} ({lm.format}) in {time.perf_counter() - t0:.1f}s",
-          file=sys.stderr)
-    return lm
+    return load_for_run(args.model, args.dtype, getattr(args, "quantize", "none"),
+                        getattr(args, "attention_impl", "dense"),
+                        decodes_text=not verify_curve and getattr(args, "cmd", None) != "info",
+                        speculative=speculative)
 
 
 def _encode(lm, items, chat: bool):
@@ -110,13 +84,13 @@ def cmd_generate(args) -> int:
         items = BUILTIN_PROMPTS
     lm = _load(args)
     ids = _encode(lm, items, not args.no_chat_template)
-    drafter, policy = methods.build(args.method, lm, method_args)
+    drafter, policy, verifier = methods.build(args.method, lm, method_args)
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
                    eos_ids=lm.tokenizer.eos_ids, batch_size=args.batch_size,
                    cache_len=args.cache_len, progress=bar.update, drafter=drafter,
-                   policy=policy)
+                   policy=policy, verifier=verifier)
     bar.close()
     out_fh = open(args.output, "w", encoding="utf-8") if args.output else None
     total_new, total_wall = 0, 0.0
@@ -143,7 +117,7 @@ def cmd_generate(args) -> int:
                 "acceptance_rate": accepted / drafted if drafted else None,
                 "drafted_by_position": res.extra["drafted_at"][i],
                 "accepted_by_position": res.extra["accepted_at"][i],
-                "method_config": methods.describe(drafter, policy),
+                "method_config": methods.describe(drafter, policy, verifier),
             })
         total_new += rec["new_tokens"]
         key = (i // (args.batch_size or len(items)))
@@ -194,25 +168,27 @@ def cmd_demo(args) -> int:
 
     lm = _load(args)
     ids = _encode(lm, BUILTIN_PROMPTS, True)
-    drafter, policy = methods.build(args.method, lm, methods.parse_method_args(args.method_arg))
+    drafter, policy, verifier = methods.build(args.method, lm,
+                                              methods.parse_method_args(args.method_arg))
     eos = lm.tokenizer.eos_ids
     print("compiling ...", file=sys.stderr)
     compile_s = 0.0
-    for d, pol in ((None, None), (drafter, policy)):  # compile every shape used below
+    for d, pol, ver in ((None, None, None), (drafter, policy, verifier)):  # compile all
         for p in ids:
             compile_s += generate(lm.model, [p], max_new_tokens=args.max_new_tokens,
-                                  eos_ids=eos, drafter=d, policy=pol).compile_s
+                                  eos_ids=eos, drafter=d, policy=pol, verifier=ver).compile_s
     tot = {"ar": [0, 0.0], "spec": [0, 0.0]}
     for it, p in zip(BUILTIN_PROMPTS, ids):
         # interleaved, so machine drift hits both alike
         a = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos)
         b = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos,
-                     drafter=drafter, policy=policy)
+                     drafter=drafter, policy=policy, verifier=verifier)
         tot["ar"][0] += a.new_tokens[0]
         tot["ar"][1] += a.wall_s[0]
         tot["spec"][0] += b.new_tokens[0]
         tot["spec"][1] += b.wall_s[0]
-        same = "identical to plain decoding" if a.tokens == b.tokens else "DIFFERS from ar"
+        same = ("LOSSY rule " + b.extra["verifier"] if not b.exact else
+                "identical to plain decoding" if a.tokens == b.tokens else "DIFFERS from ar")
         print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(b.tokens[0])}")
         print(f"[ar] {a.new_tokens[0] / a.wall_s[0]:.1f} tok/s | [{args.method}] "
               f"{b.new_tokens[0] / b.wall_s[0]:.1f} tok/s, "
@@ -224,6 +200,39 @@ def cmd_demo(args) -> int:
           f" | speedup {sp_tps / ar_tps:.2f}x  (greedy, {len(ids)} prompts; compile "
           f"{compile_s:.1f}s not included)")
     return 0
+
+
+def cmd_methods(args) -> int:
+    """Lists every registered drafter, policy and verifier with its options and defaults."""
+    from specjax.methods import DEFAULTS, registry_table
+
+    table = registry_table()
+    if args.json:
+        print(json.dumps({**table, "method_defaults": DEFAULTS}, indent=2, default=repr))
+        return 0
+    print("A method is a drafter (--method NAME) plus a policy and a verifier, chosen with\n"
+          "--method-arg policy=NAME / verifier=NAME; every other --method-arg key=value is an\n"
+          "option of one of the three. 'ar' is plain decoding; verifier 'exact' (the default)\n"
+          "picks greedy, chain_sampling or tree_sampling to fit the run.")
+    for kind, entries in table.items():
+        print(f"\n{kind}:")
+        for e in entries:
+            defaults = DEFAULTS.get(e["name"]) if kind == "drafters" else None
+            print(f"  {e['name']}: {e['doc']}")
+            if defaults:
+                print(f"    method defaults: "
+                      + ", ".join(f"{k}={v}" for k, v in defaults.items()))
+            for o in e["options"]:
+                d = "required" if o["required"] else f"default {_short(o['default'])}"
+                line = f"    {o['name']} ({o['type']}, {d})"
+                print(line + (f": {o['help']}" if o["help"] else ""))
+    return 0
+
+
+def _short(v) -> str:
+    if isinstance(v, tuple) and len(v) > 6:
+        return "(" + ", ".join(str(x) for x in v[:4]) + f", ... {len(v)} values)"
+    return repr(v)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,6 +271,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.set_defaults(fn=cmd_generate)
+
+    ms = sub.add_parser("methods", help="every registered drafter, policy and verifier with "
+                        "its options and defaults")
+    ms.add_argument("--json", action="store_true", help="print the registry as JSON")
+    ms.set_defaults(fn=cmd_methods)
 
     i = sub.add_parser("info", help="architecture, parameter count and tokenizer facts")
     model_args(i)
@@ -323,9 +337,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_bench(args) -> int:
-    from specjax.bench import main_bench
+    """The flags -> a :class:`~specjax.bench.BenchConfig` -> :func:`specjax.bench.run`."""
+    from specjax.bench import BenchConfig, run
 
-    return main_bench(args, args.argv)
+    return run(BenchConfig.from_args(args), args.argv)
 
 
 def expand_config(argv: list[str], path: str) -> list[str]:

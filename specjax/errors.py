@@ -45,8 +45,9 @@ class PolicyError(DrafterError):
     """A speculation-length policy configuration that cannot work."""
 
 
-class VerifierError(DrafterError):
-    """An acceptance rule that is unknown or cannot run with the given drafter/sampling."""
+class VerifierError(DrafterError, GenerationError):
+    """An acceptance rule that is unknown or cannot run with the given drafter/sampling (an
+    argument of :func:`specjax.generate` as much as a method option, hence both bases)."""
 
 
 class DataError(SpecjaxError):

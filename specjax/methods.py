@@ -1,23 +1,24 @@
-"""Decoding methods by name: a drafter plus a policy, with sensible defaults.
+"""Decoding methods by name: a drafter plus a policy and a verifier, with sensible defaults.
 
-``build("prompt_lookup", lm, {"k": "8"})`` -> ``(drafter, policy)``; ``"ar"`` -> ``(None, None)``.
-Values given as strings (from ``--method-arg key=value``) are converted by the target
-parameter's type. Keys ``policy`` (``fixed`` | ``adaptive``), ``decay`` and ``cost`` configure
-the policy (``cost`` is comma-separated relative costs, or a ``specjax bench --verify-curve``
-JSON file, ``curve.json`` or ``curve.json#B`` for batch size B); every other key goes to the
-drafter.
+``build("prompt_lookup", lm, {"k": "8"})`` -> ``Method(drafter, policy, verifier)``;
+``"ar"`` -> ``Method(None, None, None)``. The keys ``policy`` and ``verifier`` choose those
+components by registered name; every other key is an option of the drafter, the policy or the
+verifier (in that order), converted through the typed config of the component that owns it
+(``specjax methods`` lists them all). Unknown keys, and options of a policy or verifier that
+was not chosen, are errors naming the method and the key.
 """
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
+from typing import Any, NamedTuple
 
-from specjax import drafters, policies
-from specjax.drafters.base import DrafterError
-from specjax.policies.adaptive import default_cost, load_cost_curve
+from specjax.drafters.base import DRAFTERS
+from specjax.errors import DrafterError
+from specjax.policies import POLICIES
+from specjax.policies.adaptive import default_cost
+from specjax.verifiers import VERIFIERS
 
-METHODS = ("ar", "draft_model", "early_exit", "layer_skip", "prompt_lookup")
+METHODS = ("ar",) + tuple(DRAFTERS.names())
 
 # per-method defaults (chosen from the measurements in docs/benchmarks.md)
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -27,7 +28,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layer_skip": {"k": 3, "policy": "fixed"},
     "draft_model": {"k": 3, "policy": "fixed"},
 }
-POLICY_KEYS = ("policy", "decay", "cost")
+
+
+class Method(NamedTuple):
+    drafter: Any
+    policy: Any
+    verifier: Any  # None: the exact rule that fits the run (see specjax.verifiers.resolve)
 
 
 def parse_method_args(items: list[str]) -> dict[str, str]:
@@ -43,49 +49,14 @@ def parse_method_args(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _convert(value, default, key):
-    if not isinstance(value, str):
-        return value
-    if isinstance(default, bool):
-        if value.lower() in ("1", "true", "yes"):
-            return True
-        if value.lower() in ("0", "false", "no"):
-            return False
-        raise DrafterError(f"{key} must be true or false, got {value!r}")
-    if isinstance(default, int):
-        try:
-            return int(value)
-        except ValueError:
-            raise DrafterError(f"{key} must be an integer, got {value!r}") from None
-    if isinstance(default, float):
-        try:
-            return float(value)
-        except ValueError:
-            raise DrafterError(f"{key} must be a number, got {value!r}") from None
-    if isinstance(default, tuple):
-        try:
-            return tuple(float(x) for x in value.split(","))
-        except ValueError:
-            raise DrafterError(f"{key} must be comma-separated numbers, got {value!r}") from None
-    # no typed default: guess int, then float, else keep the string
-    for cast in (int, float):
-        try:
-            return cast(value)
-        except ValueError:
-            pass
-    return value
-
-
 def base_method(name: str) -> str:
     """``"early_exit@tree"`` -> ``"early_exit"``: a label after ``@`` names a variant of a
     method (so one benchmark can compare, e.g., chain and tree drafting of one drafter)."""
     return name.split("@", 1)[0]
 
 
-def build(name: str, lm, args: dict[str, Any] | None = None):
-    """Returns ``(drafter, policy)`` for method ``name`` (``(None, None)`` for ``"ar"``).
-
-    ``name`` may carry a variant label (``early_exit@topk``): the label is ignored here."""
+def build(name: str, lm, args: dict[str, Any] | None = None) -> Method:
+    """Builds method ``name`` (its variant label after ``@`` is ignored) for the target."""
     args = dict(args or {})
     name = base_method(name)
     if name not in METHODS:
@@ -93,50 +64,63 @@ def build(name: str, lm, args: dict[str, Any] | None = None):
     if name == "ar":
         if args:
             raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
-        return None, None
+        return Method(None, None, None)
     merged = {**DEFAULTS.get(name, {}), **args}
-    factory = drafters.base._REGISTRY[name]
-    sig = inspect.signature(factory)
-    d_params = {p: v.default for p, v in list(sig.parameters.items())[1:]}
-    pol_cls = {"fixed": policies.FixedPolicy, "adaptive": policies.AdaptivePolicy}
-    pol_name = merged.pop("policy", "fixed")
-    if pol_name not in pol_cls:
-        raise DrafterError(f"unknown policy {pol_name!r}; available: fixed, adaptive")
-    pol_fields = {"decay": 0.9, "cost": (1.0,)} if pol_name == "adaptive" else {}
-    d_kwargs, p_kwargs = {}, {}
+    pol_name = str(merged.pop("policy", "fixed"))
+    ver_name = merged.pop("verifier", None)
+    POLICIES.entry(pol_name)  # unknown names: an error listing the registered ones
+    if ver_name not in (None, "exact"):
+        VERIFIERS.entry(ver_name)
+    d_keys = set(DRAFTERS.option_names(name))
+    p_keys = set(POLICIES.option_names(pol_name))
+    v_keys = set(VERIFIERS.option_names(ver_name)) if ver_name not in (None, "exact") else set()
+    d_args, p_args, v_args = {}, {}, {}
     for key, val in merged.items():
-        if key in d_params:
-            d_kwargs[key] = _convert(val, d_params[key], key)
-        elif key == "cost" and pol_name == "adaptive" and isinstance(val, str) and \
-                val.split("#")[0].endswith(".json"):
-            path, _, b = val.rpartition("#") if "#" in val else (val, "", "")
-            if b and not b.isdigit():
-                raise DrafterError(f"cost=FILE.json#B takes a batch size B, got {val!r}")
-            p_kwargs[key] = load_cost_curve(path, int(b) if b else None)
-        elif key in pol_fields:
-            p_kwargs[key] = _convert(val, pol_fields[key], key)
-        elif key in POLICY_KEYS:
-            if key in args:
-                raise DrafterError(f"{key}= only applies to policy=adaptive")
+        if key in d_keys:
+            d_args[key] = val
+        elif key in p_keys:
+            p_args[key] = val
+        elif key in v_keys:
+            v_args[key] = val
+        elif key not in args:  # a default of another policy (e.g. decay): not used here
+            continue
         else:
-            accepted = sorted(set(d_params) | {"policy"} | set(pol_fields))
-            raise DrafterError(
-                f"method {name!r} does not take {key!r}; it accepts: {', '.join(accepted)}"
-            )
-    drafter = factory(lm, **d_kwargs)
-    if pol_name == "adaptive" and "cost" not in p_kwargs:  # the curve that fits the target
-        p_kwargs["cost"] = default_cost(lm)
-    policy = pol_cls[pol_name](drafter.max_k, **p_kwargs)
-    return drafter, policy
+            owners = [f"policy={p}" for p in POLICIES.names() if key in
+                      POLICIES.option_names(p)]
+            owners += [f"verifier={v}" for v in VERIFIERS.names() if key in
+                       VERIFIERS.option_names(v)]
+            if owners:
+                raise DrafterError(f"method {name!r}: {key}= only applies to "
+                                   f"{' or '.join(owners)}")
+            accepted = sorted(d_keys | p_keys | v_keys | {"policy", "verifier"})
+            raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
+                               f"{', '.join(accepted)}")
+    drafter = DRAFTERS.build(name, d_args, lm)
+    if pol_name == "adaptive" and "cost" not in p_args:  # the curve that fits the target
+        p_args["cost"] = default_cost(lm)
+    policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
+    verifier = None if ver_name in (None, "exact") else VERIFIERS.build(ver_name, v_args)
+    return Method(drafter, policy, verifier)
 
 
-def describe(drafter, policy) -> dict:
+def describe(drafter, policy, verifier=None) -> dict:
+    """The method's settings for results files (names and the drafter's main options)."""
     if drafter is None:
         return {"method": "ar"}
-    out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name}
+    out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
+           "verifier": getattr(verifier, "name", "exact"),
+           "exact": bool(getattr(verifier, "exact", True))}
     for f in ("exit_layer", "skip_attn", "skip_mlp", "min_ngram", "max_ngram", "description"):
         if hasattr(drafter, f):
             out[f] = getattr(drafter, f)
     if getattr(drafter, "tree", None) is not None:
         out["tree"] = drafter.tree.describe()
+    if getattr(policy, "threshold", None) is not None:
+        out["threshold"] = policy.threshold
     return out
+
+
+def registry_table() -> dict[str, list[dict]]:
+    """Every registered drafter, policy and verifier with its options (``specjax methods``)."""
+    return {"drafters": DRAFTERS.describe(), "policies": POLICIES.describe(),
+            "verifiers": VERIFIERS.describe()}

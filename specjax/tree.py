@@ -232,11 +232,13 @@ def parse_tree(value: str, *, k: int = 4, width: int | None = None, depth: int |
                nodes: int | None = None, sibling: str = "wor") -> TreeSpec:
     """Parses the ``tree=`` method argument.
 
-    ``chain`` (``k`` tokens), ``topk`` (default width 4, depth ``k``), ``dynamic`` (default
-    width 4, depth ``k``, 16 nodes), ``fixed:<choices>`` with choices as comma-separated paths
-    of dot-separated sibling ranks (``fixed:0,1,0.0,0.1,1.0``), or ``levels:<w1>.<w2>...``
-    (nodes per depth, e.g. ``levels:4.6.2``). ``width``, ``depth`` and ``nodes`` override the
-    defaults of ``topk``/``dynamic``.
+    ``chain`` (``k`` tokens); ``topk`` (default width 4, depth ``k``) and ``dynamic`` (default
+    width 4, depth ``k``, 16 nodes), each optionally with ``:key=value,...`` overriding
+    ``width``, ``depth`` and (dynamic) ``nodes``, e.g. ``dynamic:width=4,nodes=8``;
+    ``fixed:<choices>`` with choices as comma-separated paths of dot-separated sibling ranks
+    (``fixed:0,1,0.0,0.1,1.0``) and ``levels:<w1>.<w2>...`` (nodes per depth, e.g.
+    ``levels:4.6.2``), each optionally followed by ``:iid`` or ``:wor`` (how siblings are
+    drawn when sampling). The keyword arguments give the defaults the string overrides.
     """
     if not isinstance(value, str) or not value:
         raise TreeError(f"tree must be a string such as 'chain', 'topk', 'dynamic', "
@@ -247,25 +249,42 @@ def parse_tree(value: str, *, k: int = 4, width: int | None = None, depth: int |
         if arg:
             raise TreeError("tree=chain takes no ':' argument (set the length with k=)")
         return TreeSpec.chain(depth or k)
-    if kind == "topk":
-        return TreeSpec.topk(width or 4, depth or k)
-    if kind == "dynamic":
-        w, d = width or 4, depth or k
-        return TreeSpec.dynamic(w, d, nodes or min(16, w + (d - 1) * w * w))
-    if kind == "fixed":
-        try:
-            choices = [[int(r) for r in path.split(".")] for path in arg.split(",") if path.strip()]
-        except ValueError:
-            raise TreeError(f"tree=fixed:<choices> wants comma-separated paths of dot-separated "
-                            f"integers, e.g. fixed:0,1,0.0; got {arg!r}") from None
-        return TreeSpec.from_choices(choices, sibling=sibling)
-    if kind == "levels":
+    if kind in ("topk", "dynamic"):
+        allowed = ("width", "depth") + (("nodes",) if kind == "dynamic" else ())
+        opts = {}
+        for part in filter(None, (p.strip() for p in arg.split(","))):
+            key, eq, val = part.partition("=")
+            key = key.strip()
+            if not eq or key not in allowed:
+                raise TreeError(f"tree={kind} takes ':' options {', '.join(allowed)} as "
+                                f"key=value, got {part!r}")
+            try:
+                opts[key] = int(val)
+            except ValueError:
+                raise TreeError(f"tree={kind}: {key} must be an integer, got {val!r}") from None
+        w = opts.get("width", width or 4)
+        d = opts.get("depth", depth or k)
+        if kind == "topk":
+            return TreeSpec.topk(w, d)
+        return TreeSpec.dynamic(w, d, opts.get("nodes", nodes or min(16, w + (d - 1) * w * w)))
+    if kind in ("fixed", "levels"):
+        arg, _, rule = arg.partition(":")
+        rule = rule.strip() or sibling
+        if kind == "fixed":
+            try:
+                choices = [[int(r) for r in path.split(".")] for path in arg.split(",")
+                           if path.strip()]
+            except ValueError:
+                raise TreeError(f"tree=fixed:<choices> wants comma-separated paths of "
+                                f"dot-separated integers, e.g. fixed:0,1,0.0; got {arg!r}"
+                                ) from None
+            return TreeSpec.from_choices(choices, sibling=rule)
         try:
             widths = [int(w) for w in arg.split(".") if w.strip()]
         except ValueError:
             raise TreeError(f"tree=levels:<widths> wants dot-separated integers, e.g. "
                             f"levels:4.6.2; got {arg!r}") from None
-        return TreeSpec.from_level_widths(widths, sibling=sibling)
+        return TreeSpec.from_level_widths(widths, sibling=rule)
     raise TreeError(f"unknown tree {value!r}; use chain, topk, dynamic, fixed:<choices> or "
                     "levels:<widths>")
 

@@ -108,11 +108,13 @@ def check_cache_after_every_step(target, d, budgets, seed=3):
     drafter that keeps its own KV cache (draft_model) is checked the same way against the draft
     model, over the entries its next proposal relies on (all but the newest committed one)."""
     from specjax.cache import KVCache
-    from specjax.policies.fixed import FixedPolicy
-    from specjax.speculative import spec_loop_jit, spec_prefill_jit
+    from specjax.engine import make_loop
+    from specjax.loop import prefill_jit, run_jit
+    from specjax.verifiers import SamplingArrays
 
-    pol = FixedPolicy(d.max_k)
-    graphdef, params = nnx.split(target)
+    loop = make_loop(target, drafter=d)
+    _, params = nnx.split(target)
+    arrays = SamplingArrays(jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0))
     draft_model = nnx.merge(d.graphdef, d.params()) if hasattr(d, "graphdef") else None
     ps = mixed_prompts(3, seed=seed)
     B, P, S = 3, 32, 96
@@ -120,17 +122,15 @@ def check_cache_after_every_step(target, d, budgets, seed=3):
     for i, p in enumerate(ps):
         toks[i, :len(p)] = p
     lens = np.array([len(p) for p in ps], np.int32)
-    args = dict(graphdef=graphdef, drafter=d, policy=pol, greedy=True, eos_ids=(), K=d.max_k)
     steps_seen = 0
     for budget in budgets:
-        st = spec_prefill_jit(params, d.params(), toks, lens, jnp.full((B,), budget),
-                              jnp.zeros((B, 2), jnp.uint32), 1.0, 0, 1.0, cache_len=S, **args)
+        st = prefill_jit(loop, params, d.params(), toks, lens, jnp.full((B,), budget),
+                         jnp.zeros((B, 2), jnp.uint32), arrays, cache_len=S)
         first = True
         while first or not bool(np.asarray(st.done).all()):
             step = int(st.step)
             if not first:
-                st = spec_loop_jit(params, d.params(), st, 1.0, 0, 1.0, jnp.int32(step + 1),
-                                   **args)
+                st = run_jit(loop, params, d.params(), st, arrays, jnp.int32(step + 1))
                 assert int(st.step) == step + 1
                 steps_seen += 1
             first = False  # the prefill's cache is checked too (budget 1 takes no step)
@@ -139,7 +139,7 @@ def check_cache_after_every_step(target, d, budgets, seed=3):
             assert (cl == seq_len - 1).all()
             what = f"budget {budget}, after step {int(st.step)}"
             _check_rows(st.cache, full_cache(target, jnp.asarray(seq[:, :S])), cl, what)
-            if isinstance(st.dstate, KVCache) and draft_model is not None:
-                _check_rows(st.dstate, full_cache(draft_model, jnp.asarray(seq[:, :S])),
+            if isinstance(st.draft_state, KVCache) and draft_model is not None:
+                _check_rows(st.draft_state, full_cache(draft_model, jnp.asarray(seq[:, :S])),
                             np.maximum(cl - 1, 0), "draft cache, " + what)
     assert steps_seen >= len(budgets) + 1  # some budget took more than one step

@@ -226,14 +226,14 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
 def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     """--in-loop times whole loop steps with k - 1 junk drafts each; the file has the curve
     layout the adaptive policy reads."""
-    import specjax.bench as bench
+    import specjax.bench.curve as curve_module
     from specjax.bench import _JunkDrafter
     from specjax.engine import generate
     from specjax.models.loaders import load
     from specjax.policies.adaptive import load_cost_curve
 
-    real = bench.verify_curve_in_loop
-    monkeypatch.setattr(bench, "verify_curve_in_loop",
+    real = curve_module.verify_curve_in_loop  # specjax.bench.run calls it through the module
+    monkeypatch.setattr(curve_module, "verify_curve_in_loop",
                         lambda *a, **kw: real(*a, **{**kw, "steps": 4, "repeats": 1}))
     out = tmp_path / "loop.json"
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
@@ -241,6 +241,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
                  "--output", str(out)]) == 0
     curve = json.loads(out.read_text())
     assert curve["in_loop"] is True and curve["engine_k"] == 3 and curve["ks"] == [1, 2, 4]
+    assert curve["steps"] == 4  # the stand-in above ran
     for B in ("1", "2"):
         assert curve["relative"][B][0] == 1.0 and all(s > 0 for s in curve["seconds"][B])
     assert len(load_cost_curve(str(out))) == 4
@@ -464,8 +465,7 @@ def test_config_methods_override_drops_their_arguments():
     argv = expand_config(["bench", "--conf", trees, "--methods", "ar,layer_skip@topk"], trees)
     args = build_parser().parse_args(argv)
     assert args.methods == "ar,layer_skip@topk" and args.config is None
-    assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk",
-                                       "layer_skip@topk.tree_width=2"]
+    assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk:width=2"]
 
 
 def test_bench_config_quantize_field():
@@ -476,6 +476,33 @@ def test_bench_config_quantize_field():
     assert "--quantize" not in BenchConfig().to_argv()  # recorded runs expand as before
     with pytest.raises(ConfigError, match="quantize must be"):
         BenchConfig(quantize="int4")
+
+
+def test_bench_config_round_trips_through_the_flags():
+    """The CLI builds the config from its flags (BenchConfig.from_args); the flags of a config
+    (to_argv) give back the same config, the verify-curve fields included."""
+    from specjax.bench import BenchConfig
+    from specjax.cli import build_parser
+
+    parser = build_parser()
+    for cfg in (BenchConfig(),
+                BenchConfig(methods=("ar", "prompt_lookup", "early_exit@t"),
+                            method_args={"prompt_lookup": {"k": "4"},
+                                         "early_exit@t": {"tree": "topk", "exit_layer": "1"}},
+                            model="random:smollm2-135m", dtype="bfloat16", quantize="w8a8",
+                            attention_impl="xla", prompts="mt_bench", categories=("qa", "code"),
+                            limit=2, max_new_tokens=9, batch_size=2, batch_sizes=(1, 4),
+                            temperature=0.5, repeats=1, peer="hf", output="o.json",
+                            plot="p.png", journal="j.jsonl", time_limit=1.5),
+                BenchConfig(verify_curve=True, in_loop=True, curve_ks=(1, 2, 17),
+                            curve_batches=(2,), curve_prefix=8)):
+        args = parser.parse_args(["bench", *cfg.to_argv()])
+        assert BenchConfig.from_args(args) == cfg
+    # the curve flags are read with --verify-curve only, as before
+    args = parser.parse_args(["bench", "--curve-ks", "2,1"])
+    assert BenchConfig.from_args(args).curve_ks == BenchConfig().curve_ks
+    with pytest.raises(BenchError, match="--curve-ks"):
+        BenchConfig.from_args(parser.parse_args(["bench", "--verify-curve", "--curve-ks", "2,1"]))
 
 
 def test_first_run_after_compile_is_not_timed(tmp_path, tiny_gguf, prompts_file, monkeypatch):

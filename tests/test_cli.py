@@ -84,11 +84,11 @@ def test_method_builder_defaults_and_errors():
     from specjax.models.loaders import random_model
 
     m = random_model(tiny_config(num_layers=4))
-    d, p = build("prompt_lookup", m, parse_method_args(["k=5", "min_ngram=1"]))
+    d, p, _ = build("prompt_lookup", m, parse_method_args(["k=5", "min_ngram=1"]))
     assert (d.max_k, d.min_ngram, p.name, p.max_k) == (5, 1, "adaptive", 5)
-    d, p = build("early_exit", m, {"exit_layer": "2", "policy": "fixed"})
+    d, p, _ = build("early_exit", m, {"exit_layer": "2", "policy": "fixed"})
     assert (d.exit_layer, p.name) == (2, "fixed")
-    assert build("ar", m, {}) == (None, None)
+    assert build("ar", m, {}) == (None, None, None)
     with pytest.raises(DrafterError, match="does not take 'banana'.*accepts: .*exit_layer"):
         build("early_exit", m, {"banana": "1"})
     with pytest.raises(DrafterError, match="k must be an integer"):
@@ -97,12 +97,12 @@ def test_method_builder_defaults_and_errors():
         parse_method_args(["k5"])
     with pytest.raises(DrafterError, match="unknown policy 'psychic'"):
         build("layer_skip", m, {"policy": "psychic"})
-    d, _ = build("layer_skip", m, parse_method_args(["skip_attn=2"]))  # one layer, an int
+    d, *_ = build("layer_skip", m, parse_method_args(["skip_attn=2"]))  # one layer, an int
     assert (d.skip_attn, d.skip_mlp) == ((2,), ())
     with pytest.raises(DrafterError, match="skip_mlp takes layer indices and ranges"):
         build("layer_skip", m, {"skip_mlp": "a-b"})
     for L in (2, 3):  # defaults work on tiny models too
-        d, _ = build("layer_skip", random_model(tiny_config(num_layers=L)), {})
+        d, *_ = build("layer_skip", random_model(tiny_config(num_layers=L)), {})
         assert d.skip_attn == d.skip_mlp == (1,)
 
 
@@ -119,9 +119,9 @@ def test_adaptive_cost_from_verify_curve_json(tmp_path):
     assert load_cost_curve(str(f)) == (1.0, 1.5, 2.0, 2.5)  # T = 3 interpolated
     assert load_cost_curve(str(f), 4) == (1.0, 1.2, 1.4, 1.6)
     m = random_model(tiny_config(num_layers=2))
-    _, p = build("prompt_lookup", m, {"cost": f"{f}#4"})
+    _, p, _ = build("prompt_lookup", m, {"cost": f"{f}#4"})
     assert p.cost == (1.0, 1.2, 1.4, 1.6)
-    _, p = build("prompt_lookup", m, {"cost": "1,1.1,1.3"})
+    _, p, _ = build("prompt_lookup", m, {"cost": "1,1.1,1.3"})
     assert p.cost == (1.0, 1.1, 1.3)
     with pytest.raises(DrafterError, match="no curve for batch 2; it has batches \\[1, 4\\]"):
         build("prompt_lookup", m, {"cost": f"{f}#2"})

@@ -132,8 +132,9 @@ def test_every_method_batched_matches_plain_decoding(smollm2, plain_one_by_one, 
     from specjax.methods import build
 
     ids, ref = plain_one_by_one
-    drafter, policy = build(method, smollm2)
+    drafter, policy, verifier = build(method, smollm2)
     res = generate(smollm2.model, ids, max_new_tokens=24, batch_size=4, cache_len=128,
-                   eos_ids=smollm2.tokenizer.eos_ids, drafter=drafter, policy=policy)
+                   eos_ids=smollm2.tokenizer.eos_ids, drafter=drafter, policy=policy,
+                   verifier=verifier)
     assert res.tokens == ref
     assert sum(res.extra["drafted"]) > 0

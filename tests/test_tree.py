@@ -213,8 +213,7 @@ def test_tree_decoding_with_tree_attention_op(target):
     ref = generate(target, ps, max_new_tokens=10).tokens
     target.set_attention_impl("xla")
     try:
-        d = drafters.make("early_exit", target, k=3, exit_layer=2, tree="dynamic",
-                          tree_nodes=8)
+        d = drafters.make("early_exit", target, k=3, exit_layer=2, tree="dynamic:nodes=8")
         assert generate(target, ps, max_new_tokens=10, drafter=d, batch_size=3).tokens == ref
     finally:
         target.set_attention_impl("dense")

@@ -1,14 +1,15 @@
-"""Drafters behind one protocol, registered by name (see :func:`make`)."""
+"""Drafters behind one protocol, registered by name in :data:`DRAFTERS` (see :func:`make`)."""
 
 from specjax.drafters import draft_model, prompt_lookup, self_spec  # noqa: F401  (registers)
 from specjax.drafters.base import (
+    DRAFTERS,
     Drafter,
-    DrafterError,
     StepContext,
     available,
     make,
-    register,
     tree_spec,
 )
+from specjax.errors import DrafterError
 
-__all__ = ["Drafter", "DrafterError", "StepContext", "available", "make", "register", "tree_spec"]
+__all__ = ["DRAFTERS", "Drafter", "DrafterError", "StepContext", "available", "make",
+           "tree_spec"]

@@ -12,20 +12,16 @@ acceptance length, including a full acceptance (whose last draft token was never
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax.numpy as jnp
 from flax import nnx
 
-from specjax.drafters.base import (
-    DrafterError,
-    StepContext,
-    chain_draft,
-    check_k,
-    check_tree_option,
-    draft_tree_or_nothing,
-    register,
-    tree_draft,
-)
+from specjax.drafters._chain import chain_draft
+from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -38,6 +34,7 @@ class DraftModelDrafter:
     description: str = ""
     name: str = "draft_model"
     deterministic: bool = False
+    features: FeatureSpec = FeatureSpec()
     _params: object = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def params(self):
@@ -46,7 +43,7 @@ class DraftModelDrafter:
     def _model(self, params):
         return nnx.merge(self.graphdef, params)
 
-    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         m = self._model(params)
         B, P = prompt_tokens.shape
         cache = m.init_cache(B, cache_len)
@@ -55,7 +52,7 @@ class DraftModelDrafter:
                 prefix_empty=True)
         return out.cache.with_lengths(prompt_lens)
 
-    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         m = self._model(params)
 
         def step(tokens, positions, cache):
@@ -66,11 +63,12 @@ class DraftModelDrafter:
         n = ctx.seq_len - 1
         idx = jnp.stack([n - 1, n], axis=1)
         first = jnp.take_along_axis(ctx.seq, idx, axis=1)
-        kmax = jnp.max(jnp.where(ctx.live, k, 0))
+        k = jnp.where(ctx.live, k, 0)
+        kmax = jnp.max(k)
         if self.tree is None:
             # the first step always runs (it keeps the draft cache in sync even when k == 0)
-            tokens, q, cache = chain_draft(step, state, first, idx, self.max_k, kmax, ctx,
-                                           greedy, self.vocab)
+            tokens, q, cache, k = chain_draft(step, state, first, idx, self.max_k, k, ctx,
+                                              greedy, self.vocab, stop=stop)
             return DraftTree.chain(tokens, k, q), cache, ctx.target_cache
 
         def run(tokens, positions, cache, offset, mask):
@@ -82,11 +80,11 @@ class DraftModelDrafter:
         root_logits, cache = step(first, idx, state.with_lengths(n - 1))
         tree, cache = draft_tree_or_nothing(
             lambda c: tree_draft(run, root_logits, c, self.tree, ctx, greedy, kmax, k,
-                                 self.vocab),
+                                 self.vocab, stop),
             cache.with_lengths(n), self.tree, kmax, greedy, self.vocab)
         return tree, cache, ctx.target_cache
 
-    def update(self, params, state, ctx, n_acc, tree, path):
+    def update(self, params, state, ctx, n_acc, tree, path, features):
         if self.tree is None:
             return state
         # the next proposal rewrites slot n + n_acc (the last accepted node) and expects the
@@ -118,12 +116,28 @@ def truncated_copy(target_model, num_layers: int):
     return quantize(out, quantization_of(target_model))  # as precise as the target
 
 
-@register("draft_model")
-def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None = None,
-                     tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
-                     sibling: str = "wor") -> DraftModelDrafter:
+@dataclasses.dataclass(frozen=True)
+class DraftModelConfig:
+    """Options of ``draft_model``."""
+
+    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft length"})
+    draft_model: Any = dataclasses.field(default=None, metadata={
+        "help": "a preset, GGUF file or HF directory (or a loaded model); default: the "
+                "target's first `layers` blocks"})
+    layers: int | None = dataclasses.field(default=None, metadata={
+        "help": "blocks of the target-truncation stand-in (default: a sixth)"})
+    tree: TreeSpec | None = tree_field(4)
+
+    def __post_init__(self):
+        check_k(self.k)
+
+
+@DRAFTERS.register("draft_model", config=DraftModelConfig,
+                   doc="a separate small model with the target's tokenizer and its own cache")
+def make_draft_model(cfg: DraftModelConfig, target_lm) -> DraftModelDrafter:
     """``draft_model``: a preset, GGUF path or HF directory; default: the target's first
     ``layers`` blocks (a stand-in until a trained draft model exists)."""
+    draft_model, layers = cfg.draft_model, cfg.layers
     target = getattr(target_lm, "model", target_lm)
     L = target.cfg.num_layers
     if draft_model is None:
@@ -158,8 +172,8 @@ def make_draft_model(target_lm, k: int = 4, draft_model=None, layers: int | None
             f"draft model vocabulary ({dm.cfg.vocab_size}) differs from the target's "
             f"({target.cfg.vocab_size}): they must share one tokenizer"
         )
-    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
+    spec = tree_option(cfg.tree, cfg.k)
     graphdef, params = nnx.split(dm)
-    return DraftModelDrafter(graphdef=graphdef, max_k=spec.depth if spec else k,
+    return DraftModelDrafter(graphdef=graphdef, max_k=spec.depth if spec else cfg.k,
                              vocab=dm.cfg.vocab_size, tree=spec, description=desc,
                              _params=params)

@@ -12,7 +12,9 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import DrafterError, StepContext, check_k, register
+from specjax.drafters.base import DRAFTERS, StepContext, check_k
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
 from specjax.tree import DraftTree
 
 
@@ -40,6 +42,24 @@ def ngram_lookup(seq, seq_len, K: int, max_ngram: int, min_ngram: int):
 
 
 @dataclasses.dataclass(frozen=True)
+class PromptLookupConfig:
+    """Options of ``prompt_lookup``."""
+
+    k: int = dataclasses.field(default=8, metadata={"help": "maximum draft length"})
+    max_ngram: int = dataclasses.field(default=3, metadata={"help": "longest n-gram matched"})
+    min_ngram: int = dataclasses.field(default=1, metadata={"help": "shortest n-gram matched"})
+
+    def __post_init__(self):
+        check_k(self.k)
+        if not (isinstance(self.min_ngram, int) and isinstance(self.max_ngram, int) and
+                1 <= self.min_ngram <= self.max_ngram):
+            raise DrafterError(
+                f"need integers 1 <= min_ngram <= max_ngram, got min_ngram={self.min_ngram!r}, "
+                f"max_ngram={self.max_ngram!r}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
 class PromptLookupDrafter:
     max_k: int
     max_ngram: int = 3
@@ -47,31 +67,25 @@ class PromptLookupDrafter:
     tree: None = None  # model-free n-gram drafts are chains
     name: str = "prompt_lookup"
     deterministic: bool = True
+    features: FeatureSpec = FeatureSpec()
 
     def params(self):
         return None
 
-    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         return ()
 
-    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        # no draft distribution: the mid-draft stop hook does not apply
         tokens, avail = ngram_lookup(ctx.seq, ctx.seq_len, self.max_k, self.max_ngram,
                                      self.min_ngram)
         return DraftTree.chain(tokens, jnp.minimum(k, avail)), state, ctx.target_cache
 
-    def update(self, params, state, ctx, n_acc, tree, path):
+    def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
 
 
-@register("prompt_lookup")
-def make_prompt_lookup(target_lm, k: int = 8, max_ngram: int = 3, min_ngram: int = 1
-                       ) -> PromptLookupDrafter:
-    check_k(k)
-    if not (isinstance(min_ngram, int) and isinstance(max_ngram, int) and
-            1 <= min_ngram <= max_ngram):
-        raise DrafterError(
-            f"need integers 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram!r}, "
-            f"max_ngram={max_ngram!r}"
-        )
-    return PromptLookupDrafter(max_k=k, max_ngram=max_ngram, min_ngram=min_ngram)
-
+@DRAFTERS.register("prompt_lookup", config=PromptLookupConfig,
+                   doc="n-gram lookup over the prompt and the text so far (model-free)")
+def make_prompt_lookup(cfg: PromptLookupConfig, target_lm) -> PromptLookupDrafter:
+    return PromptLookupDrafter(max_k=cfg.k, max_ngram=cfg.max_ngram, min_ngram=cfg.min_ngram)

@@ -13,16 +13,11 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import (
-    DrafterError,
-    StepContext,
-    chain_draft,
-    check_k,
-    check_tree_option,
-    draft_tree_or_nothing,
-    register,
-    tree_draft,
-)
+from specjax.drafters._chain import chain_draft
+from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -40,18 +35,19 @@ class EarlyExitDrafter:
     tree: TreeSpec | None = None
     name: str = "early_exit"
     deterministic: bool = False
+    features: FeatureSpec = FeatureSpec()
 
     def params(self):
         return None
 
-    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         return ()
 
-    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         return self_spec_propose(target, dict(exit_layer=self.exit_layer), self.max_k,
-                                 self.tree, state, ctx, k, greedy)
+                                 self.tree, state, ctx, k, greedy, stop)
 
-    def update(self, params, state, ctx, n_acc, tree, path):
+    def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
 
 
@@ -65,36 +61,39 @@ class LayerSkipDrafter:
     tree: TreeSpec | None = None
     name: str = "layer_skip"
     deterministic: bool = False
+    features: FeatureSpec = FeatureSpec()
 
     def params(self):
         return None
 
-    def init(self, params, target, prompt_tokens, prompt_lens, cache_len):
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         return ()
 
-    def propose(self, params, target, state, ctx: StepContext, k, greedy):
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         return self_spec_propose(target, dict(skip_attn=self.skip_attn, skip_mlp=self.skip_mlp),
-                                 self.max_k, self.tree, state, ctx, k, greedy)
+                                 self.max_k, self.tree, state, ctx, k, greedy, stop)
 
-    def update(self, params, state, ctx, n_acc, tree, path):
+    def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
 
 
 def self_spec_propose(target, variant: dict, K: int, tree: TreeSpec | None, state,
-                      ctx: StepContext, k, greedy):
+                      ctx: StepContext, k, greedy, stop=None):
     """Drafts through the target itself with ``variant`` (exit layer or skipped sublayers),
     writing scratch into the target cache past the committed length (the verify pass
     overwrites it)."""
     V = target.cfg.vocab_size
     n = ctx.seq_len - 1  # committed length = position of the pending token
-    kmax = jnp.max(jnp.where(ctx.live, k, 0))
+    k = jnp.where(ctx.live, k, 0)
+    kmax = jnp.max(k)
     if tree is None:
         def step(tokens, positions, cache):
             o = target(tokens, positions, cache, **variant)
             return o.logits[:, -1], o.cache
 
-        tokens, q, cache = chain_draft(step, ctx.target_cache, ctx.pending[:, None],
-                                       n[:, None], K, kmax, ctx, greedy, V, skip_if_zero=True)
+        tokens, q, cache, k = chain_draft(step, ctx.target_cache, ctx.pending[:, None],
+                                          n[:, None], K, k, ctx, greedy, V, skip_if_zero=True,
+                                          stop=stop)
         draft = DraftTree.chain(tokens, k, q)
     else:
         def run(tokens, positions, cache, offset, mask):
@@ -104,7 +103,8 @@ def self_spec_propose(target, variant: dict, K: int, tree: TreeSpec | None, stat
 
         def draft_fn(cache):
             o = target(ctx.pending[:, None], n[:, None], cache.with_lengths(n), **variant)
-            return tree_draft(run, o.logits[:, -1], o.cache, tree, ctx, greedy, kmax, k, V)
+            return tree_draft(run, o.logits[:, -1], o.cache, tree, ctx, greedy, kmax, k, V,
+                              stop)
 
         draft, cache = draft_tree_or_nothing(draft_fn, ctx.target_cache, tree, kmax, greedy, V)
     return draft, state, cache.with_lengths(ctx.target_cache.lengths)
@@ -149,34 +149,62 @@ def default_skip_set(num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]
     return chosen, chosen
 
 
-@register("early_exit")
-def make_early_exit(target_lm, k: int = 4, exit_layer: int | None = None,
-                    tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
-                    sibling: str = "wor") -> EarlyExitDrafter:
+@dataclasses.dataclass(frozen=True)
+class EarlyExitConfig:
+    """Options of ``early_exit``."""
+
+    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft length"})
+    exit_layer: int | None = dataclasses.field(default=None, metadata={
+        "help": "draft with the first exit_layer blocks (default: a quarter of the layers)"})
+    tree: TreeSpec | None = tree_field(4)
+
+    def __post_init__(self):
+        check_k(self.k)
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerSkipConfig:
+    """Options of ``layer_skip``."""
+
+    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft length"})
+    skip_attn: tuple[int, ...] | None = dataclasses.field(default=None, metadata={
+        "parse": lambda v, args: _parse_layers(v, "skip_attn"),
+        "help": "attention sublayers to skip, e.g. 2,4,6-9 (default: a fixed SWIFT-like set)"})
+    skip_mlp: tuple[int, ...] | None = dataclasses.field(default=None, metadata={
+        "parse": lambda v, args: _parse_layers(v, "skip_mlp"),
+        "help": "MLP sublayers to skip"})
+    tree: TreeSpec | None = tree_field(4)
+
+    def __post_init__(self):
+        check_k(self.k)
+
+
+@DRAFTERS.register("early_exit", config=EarlyExitConfig,
+                   doc="the target's first layers and its head draft (LayerSkip / DEL style)")
+def make_early_exit(cfg: EarlyExitConfig, target_lm) -> EarlyExitDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
-    if exit_layer is None:
-        exit_layer = max(1, L // 4)
+    exit_layer = cfg.exit_layer if cfg.exit_layer is not None else max(1, L // 4)
     if not isinstance(exit_layer, int) or not 1 <= exit_layer < L:
         raise DrafterError(
             f"exit_layer must be an integer in [1, {L - 1}] for this {L}-layer model, "
             f"got {exit_layer!r}"
         )
-    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
-    return EarlyExitDrafter(exit_layer=exit_layer, max_k=spec.depth if spec else k,
+    spec = tree_option(cfg.tree, cfg.k)
+    return EarlyExitDrafter(exit_layer=exit_layer, max_k=spec.depth if spec else cfg.k,
                             num_layers=L, tree=spec)
 
 
-@register("layer_skip")
-def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None,
-                    tree: str = "chain", tree_width: int = 0, tree_nodes: int = 0,
-                    sibling: str = "wor") -> LayerSkipDrafter:
+@DRAFTERS.register("layer_skip", config=LayerSkipConfig,
+                   doc="the target minus some attention/MLP sublayers drafts (SWIFT style)")
+def make_layer_skip(cfg: LayerSkipConfig, target_lm) -> LayerSkipDrafter:
     model = _target_model(target_lm)
     L = model.cfg.num_layers
-    if skip_attn is None and skip_mlp is None:
+    if cfg.skip_attn is None and cfg.skip_mlp is None:
         sa, sm = default_skip_set(L)
     else:
-        sa, sm = _parse_layers(skip_attn, "skip_attn"), _parse_layers(skip_mlp, "skip_mlp")
+        sa = tuple(sorted(set(cfg.skip_attn or ())))
+        sm = tuple(sorted(set(cfg.skip_mlp or ())))
     for name, s in (("skip_attn", sa), ("skip_mlp", sm)):
         bad = [i for i in s if not 0 <= i < L]
         if bad:
@@ -185,6 +213,6 @@ def make_layer_skip(target_lm, k: int = 4, skip_attn=None, skip_mlp=None,
         raise DrafterError("the skip set skips every sublayer: the draft would ignore its input")
     if not sa and not sm:
         raise DrafterError("the skip set is empty: the draft would be the target itself")
-    spec = check_tree_option(tree, check_k(k), tree_width, tree_nodes, sibling)
-    return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=spec.depth if spec else k,
+    spec = tree_option(cfg.tree, cfg.k)
+    return LayerSkipDrafter(skip_attn=sa, skip_mlp=sm, max_k=spec.depth if spec else cfg.k,
                             tree=spec)

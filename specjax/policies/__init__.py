@@ -1,17 +1,15 @@
-"""Speculation-length policies."""
+"""Speculation-length policies, registered by name in :data:`POLICIES` (see :mod:`.base`)."""
 
+from specjax.policies import adaptive, confidence, fixed  # noqa: F401  (registers)
 from specjax.policies.adaptive import AdaptivePolicy
-from specjax.policies.base import Policy
+from specjax.policies.base import POLICIES, DraftStep, Policy
+from specjax.policies.confidence import ConfidencePolicy
 from specjax.policies.fixed import FixedPolicy
 
-__all__ = ["AdaptivePolicy", "FixedPolicy", "Policy", "make"]
+__all__ = ["POLICIES", "AdaptivePolicy", "ConfidencePolicy", "DraftStep", "FixedPolicy",
+           "Policy", "make"]
 
 
 def make(name: str, max_k: int, **kwargs):
-    """Builds policy ``name`` ("fixed" or "adaptive") for drafts of up to ``max_k`` tokens."""
-    from specjax.drafters.base import DrafterError
-
-    table = {"fixed": FixedPolicy, "adaptive": AdaptivePolicy}
-    if name not in table:
-        raise DrafterError(f"unknown policy {name!r}; available: {', '.join(sorted(table))}")
-    return table[name](max_k, **kwargs)
+    """Builds policy ``name`` for drafts of up to ``max_k`` tokens (options as keywords)."""
+    return POLICIES.build(name, kwargs, max_k=max_k)

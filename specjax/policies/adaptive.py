@@ -8,30 +8,26 @@ buckets its verify blocks). The policy drafts the ``k`` that maximises tokens pe
 nothing when no ``k`` beats plain decoding. Counts decay every step, so a row that stopped
 drafting drifts back to the prior and probes again.
 
-The default curve was measured for SmolLM2-135M (float32) on the project's 2-core CPU with
-``specjax bench --verify-curve`` (docs/benchmarks.md); pass your device's curve elsewhere: a tuple
-(``cost=``), or the JSON of ``specjax bench --verify-curve`` (``--method-arg
-cost=curve.json``, or ``cost=curve.json#4`` for the batch-4 curve; :func:`load_cost_curve`).
+The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
+bench --verify-curve``): SmolLM2-135M in float32 and w8a8 on the project's 2-core CPU
+(docs/benchmarks.md). Pass your device's curve elsewhere: a tuple (``cost=``), or the JSON of
+``specjax bench --verify-curve`` (``--method-arg cost=curve.json``, or ``cost=curve.json#4`` for
+the batch-4 curve; :func:`load_cost_curve`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-from specjax.drafters.base import DrafterError
+from specjax.buckets import verify_buckets
+from specjax.errors import PolicyError
+from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
-# relative cost of a verify forward over T tokens, T = 1, 2, 3, ... (index T - 1): SmolLM2-135M,
-# float32, batch 1, on the project's 2-core CPU with small-row products chunked
-# (docs/results/verify_curve.json of 2026-11-24, interpolated between the measured k)
-DEFAULT_COST = (1.0, 1.1873, 1.2601, 1.3329, 1.3988, 1.4647, 1.5305, 1.5964, 1.6774, 1.7585,
-                1.8395, 1.9205, 2.0016, 2.0826, 2.1637, 2.2447, 2.3535)
-# the same for SmolLM2-135M with w8a8 weights (``--quantize w8a8``): the integer products make
-# a forward over a few tokens barely dearer than over one (docs/results/verify_curve_w8a8.json)
-DEFAULT_COST_W8A8 = (1.0, 1.16, 1.25, 1.35, 1.48, 1.61, 1.74, 1.86, 2.02, 2.17, 2.32, 2.47, 2.62,
-                     2.77, 2.92, 3.07, 3.2)
+_CURVES = Path(__file__).parent / "curves"
 
 
 def default_cost(model) -> tuple[float, ...]:
@@ -49,30 +45,29 @@ def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
     interpolated to every block size ``T = 1 .. max k`` of the file.
 
     Raises:
-      DrafterError: naming the file, when it is missing, not JSON or not a verify curve.
+      PolicyError: naming the file, when it is missing, not JSON or not a verify curve.
     """
     import json
-    from pathlib import Path
 
     try:
         curve = json.loads(Path(path).read_text())
         ks = [int(k) for k in curve["ks"]]
         rel = {int(b): [float(x) for x in v] for b, v in curve["relative"].items()}
     except FileNotFoundError:
-        raise DrafterError(f"{path}: verify-curve file not found") from None
+        raise PolicyError(f"{path}: verify-curve file not found") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise DrafterError(f"{path}: not a verify-curve JSON (specjax bench --verify-curve): "
-                           f"{type(e).__name__}: {e}") from None
+        raise PolicyError(f"{path}: not a verify-curve JSON (specjax bench --verify-curve): "
+                          f"{type(e).__name__}: {e}") from None
     if not rel:
-        raise DrafterError(f"{path}: the verify curve holds no batch sizes under 'relative'")
+        raise PolicyError(f"{path}: the verify curve holds no batch sizes under 'relative'")
     b = min(rel) if batch is None else batch
     if b not in rel:
-        raise DrafterError(f"{path}: no curve for batch {b}; it has batches {sorted(rel)}")
+        raise PolicyError(f"{path}: no curve for batch {b}; it has batches {sorted(rel)}")
     ys = rel[b]
     if len(ys) != len(ks) or not ks or ks[0] != 1 or ks != sorted(set(ks)) or \
             any(not y > 0 for y in ys):
-        raise DrafterError(f"{path}: the curve needs increasing ks from 1 and one positive "
-                           f"time per k (ks={ks}, batch {b}: {ys})")
+        raise PolicyError(f"{path}: the curve needs increasing ks from 1 and one positive "
+                          f"time per k (ks={ks}, batch {b}: {ys})")
     out = []
     for T in range(1, ks[-1] + 1):
         j = next(i for i, k in enumerate(ks) if k >= T)
@@ -84,6 +79,13 @@ def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
     return tuple(round(c / out[0], 4) for c in out)
 
 
+# relative cost of a verify forward over T tokens, T = 1 .. 64 (index T - 1): SmolLM2-135M at
+# batch 1 on the project's 2-core CPU with small-row products chunked, float32 and w8a8
+# (measured 2026-11-24, interpolated between the measured k; see the files' "command")
+DEFAULT_COST = load_cost_curve(str(_CURVES / "smollm2-135m_float32.json"), 1)
+DEFAULT_COST_W8A8 = load_cost_curve(str(_CURVES / "smollm2-135m_w8a8.json"), 1)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AdaptiveState:
@@ -91,28 +93,44 @@ class AdaptiveState:
     rejected: jax.Array  # float32[B] decayed rejection count
 
 
+def _parse_cost(value: str, args) -> tuple[float, ...] | str:
+    """``cost=`` from the command line: a ``FILE.json`` or ``FILE.json#B`` verify curve, or
+    comma-separated relative costs (left to the tuple conversion)."""
+    if value.split("#")[0].endswith(".json"):
+        path, _, b = value.rpartition("#") if "#" in value else (value, "", "")
+        if b and not b.isdigit():
+            raise PolicyError(f"cost=FILE.json#B takes a batch size B, got {value!r}")
+        return load_cost_curve(path, int(b) if b else None)
+    return value
+
+
+@POLICIES.register("adaptive", doc="cost-aware: per-row decayed acceptance estimate, drafts "
+                   "the k maximising expected tokens per verify cost (0 when nothing pays)")
 @dataclasses.dataclass(frozen=True)
 class AdaptivePolicy:
-    max_k: int
-    cost: tuple[float, ...] = DEFAULT_COST
-    decay: float = 0.9
+    max_k: int = max_k_field()
+    cost: tuple[float, ...] = dataclasses.field(default=DEFAULT_COST, metadata={
+        "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
+        "verify-curve JSON (FILE.json or FILE.json#B); default: the built-in curve that fits "
+        "the target (float or w8a8)"})
+    decay: float = dataclasses.field(default=0.9, metadata={
+        "help": "per-step decay of the accepted/rejected counts"})
     prior_accepted: float = 1.0
     prior_rejected: float = 1.0
-    min_gain: float = 1.0
-    name: str = "adaptive"
+    min_gain: float = dataclasses.field(default=1.0, metadata={
+        "help": "draft only when expected tokens per unit cost exceed this"})
+    name: str = dataclasses.field(default="adaptive", init=False)
+    stops_mid_draft: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self):
-        if not isinstance(self.max_k, int) or self.max_k < 1:
-            raise DrafterError(f"k must be an integer >= 1, got {self.max_k!r}")
+        check_max_k(self.name, self.max_k)
         if not 0.0 < self.decay <= 1.0:
-            raise DrafterError(f"decay must be in (0, 1], got {self.decay!r}")
+            raise PolicyError(f"decay must be in (0, 1], got {self.decay!r}")
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
-            raise DrafterError("cost must be a non-empty list of positive relative costs")
+            raise PolicyError("cost must be a non-empty list of positive relative costs")
 
     def _bucketed_cost(self) -> jnp.ndarray:
         """cost[k] for drafting k = 0..max_k, at the engine's bucketed block size."""
-        from specjax.speculative import verify_buckets
-
         buckets = verify_buckets(self.max_k)
         out = []
         for k in range(self.max_k + 1):
@@ -141,6 +159,9 @@ class AdaptivePolicy:
         gain = self.expected_gain(state)
         best = jnp.argmax(gain, axis=1).astype(jnp.int32)
         return jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
+
+    def stop(self, state, step):
+        return jnp.zeros(step.token.shape, bool)
 
     def update(self, state: AdaptiveState, k, n_draft, n_acc):
         rejected = (n_acc < n_draft).astype(jnp.float32)  # the draft stopped at a rejection

@@ -6,23 +6,27 @@ import dataclasses
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import DrafterError
+from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
+@POLICIES.register("fixed", doc="draft k tokens every step")
 @dataclasses.dataclass(frozen=True)
 class FixedPolicy:
-    max_k: int
-    name: str = "fixed"
+    max_k: int = max_k_field()
+    name: str = dataclasses.field(default="fixed", init=False)
+    stops_mid_draft: bool = dataclasses.field(default=False, init=False)
 
     def __post_init__(self):
-        if not isinstance(self.max_k, int) or isinstance(self.max_k, bool) or self.max_k < 1:
-            raise DrafterError(f"k must be an integer >= 1, got {self.max_k!r}")
+        check_max_k(self.name, self.max_k)
 
     def init(self, batch: int):
         return ()
 
     def decide(self, state, ctx):
         return jnp.full(ctx.seq_len.shape, self.max_k, jnp.int32)
+
+    def stop(self, state, step):
+        return jnp.zeros(step.token.shape, bool)
 
     def update(self, state, k, n_draft, n_acc):
         return state

@@ -1,0 +1,159 @@
+"""``specjax bench --verify-curve``: the cost of verifying k tokens against k = 1.
+
+:func:`verify_curve` times a lone jitted target forward over k tokens on a filled cache;
+:func:`verify_curve_in_loop` (``--in-loop``) times whole steps of the speculative loop with
+k - 1 drafted tokens (drafted by :class:`_JunkDrafter`). Both give the JSON layout the
+adaptive policy reads as its cost curve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+from specjax.errors import BenchError
+
+
+def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,
+                 repeats: int = 7, progress: Callable | None = None) -> dict:
+    """Time of one target forward over k new tokens (per batch size), relative to k = 1.
+
+    The forward runs as in verification: a block of k tokens on top of a ``prefix``-token
+    committed cache, cache donated (updated in place) as inside the decode loop.
+    """
+    import functools
+
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from flax import nnx
+
+    graphdef, params = nnx.split(lm.model)
+
+    @functools.partial(jax.jit, donate_argnames=("cache",))
+    def fwd(params, tokens, positions, cache):
+        m = nnx.merge(graphdef, params)
+        o = m(tokens, positions, cache)
+        return jnp.argmax(o.logits, -1), o.cache
+
+    def time_one(B, k):
+        S = prefix + max(ks)
+        cache = lm.model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
+        toks = jnp.zeros((B, k), jnp.int32)
+        pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
+        for _ in range(2):  # compile + warm-up
+            a, cache = fwd(params, toks, pos, cache)
+            jax.block_until_ready(a)
+        ts = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a, cache = fwd(params, toks, pos, cache)
+            jax.block_until_ready(a)
+            ts.append(time.perf_counter() - t0)
+        return float(np.median(ts))
+
+    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
+           "relative": {}}
+    return _fill_curve(out, ks, batches, time_one, progress)
+
+
+def _fill_curve(out: dict, ks, batches, time_one, progress) -> dict:
+    """Fills ``out["seconds"]`` and ``out["relative"]`` (to the first k) per batch size with
+    ``time_one(B, k)`` seconds."""
+    for B in batches:
+        secs = []
+        for k in ks:
+            secs.append(time_one(B, k))
+            if progress:
+                progress(1)
+        out["seconds"][str(B)] = secs
+        out["relative"][str(B)] = [s / secs[0] for s in secs]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _JunkDrafter:
+    """Drafts ``n`` copies of one token every step (fewer when the engine asks for fewer; 0:
+    a plain step inside the loop), the in-loop curve's probe: the target verifies an
+    ``n + 1``-token block and, as the junk is almost never accepted, each step yields one
+    token. ``max_k`` sets the engine's verify buckets, whatever ``n``."""
+
+    max_k: int
+    n: int
+    token: int = 0
+    name: str = "junk"
+    deterministic: bool = True
+    tree: None = None
+
+    def __post_init__(self):
+        if not 0 <= self.n <= self.max_k:
+            raise BenchError(f"the junk drafter drafts 0..max_k ({self.max_k}) tokens, "
+                             f"got {self.n}")
+
+    def params(self):
+        return None
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        return ()
+
+    def propose(self, params, target, state, ctx, k, greedy, stop=None):
+        import jax.numpy as jnp
+
+        from specjax.tree import DraftTree
+
+        B = ctx.seq.shape[0]
+        return (DraftTree.chain(jnp.full((B, self.max_k), self.token, jnp.int32),
+                                jnp.minimum(k, self.n)), state, ctx.target_cache)
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        return state
+
+
+def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int = 256,
+                         steps: int = 64, repeats: int = 5,
+                         progress: Callable | None = None) -> dict:
+    """Time of one step of the speculative loop whose verify block holds k tokens (k - 1
+    drafted), relative to a step that drafts nothing: what the adaptive policy's cost curve
+    stands for, measured where it is paid, with drafting, verification and commit included.
+
+    The probe drafts junk (one fixed token), so each step yields one token. The engine
+    drafts less in the last steps before the token budget, so each repeat decodes two budgets
+    ``steps`` apart with the same tail (one cache size, one compiled program) and a step's
+    time is the difference of their decode times over the difference of their forwards;
+    median over ``repeats``, after a compiling run. The drafter's maximum is ``max(ks) - 1``
+    (as an engine with ``k = max(ks) - 1``: its verify blocks are 1, 2, 4, ... and max(ks)
+    tokens), so give the ks of that engine's buckets to time exactly its block sizes. Same
+    JSON layout as :func:`verify_curve`, plus ``in_loop: true``.
+    """
+    import numpy as np
+
+    from specjax.engine import bucket_length, generate
+    from specjax.sampling import SamplingParams
+
+    if max(ks) < 2:
+        raise BenchError("the in-loop curve needs a k >= 2 (a drafted token)")
+    K = max(ks) - 1
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(max(prefix, 1))]
+    short, long = K + 2, K + 2 + steps  # token budgets: the same clipped tail
+    cache_len = -(-(bucket_length(len(prompt)) + long + 1) // 64) * 64
+    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
+           "relative": {}, "in_loop": True, "steps": steps, "engine_k": K}
+
+    def decode(n, drafter, B):  # the engine's default policy asks for max_k every step
+        r = generate(lm.model, [prompt] * B, max_new_tokens=n, cache_len=cache_len,
+                     sampling=SamplingParams(temperature=0.0), batch_size=B, drafter=drafter)
+        return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
+
+    def time_one(B, k):
+        drafter = _JunkDrafter(max_k=K, n=k - 1)
+        ts = []
+        for rep in range(repeats + 1):  # the first run compiles
+            t1, f1 = decode(short, drafter, B)
+            t2, f2 = decode(long, drafter, B)
+            if rep:
+                ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
+        return float(np.median(ts))
+
+    return _fill_curve(out, ks, batches, time_one, progress)

@@ -1,0 +1,67 @@
+"""The bench journal: finished groups on disk, so a long benchmark can stop and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from specjax.errors import BenchError
+
+
+class Journal:
+    """An append-only JSONL record of finished groups, so a long benchmark can stop (time
+    limit, Ctrl-C, end of a session) and continue later where it left off.
+
+    Line 1 is a header with everything that must match for the runs to be comparable (model,
+    methods and their arguments, prompts, budgets); each further line is one finished group
+    (every method's runs on one batch of prompts). A line cut short by a crash is ignored.
+    """
+
+    def __init__(self, path: str | os.PathLike, header: dict):
+        self.path = Path(path)
+        self.header = header
+
+    def load(self) -> list[dict]:
+        self.header = json.loads(json.dumps(self.header))  # tuples -> lists, as read back
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "w") as f:
+                f.write(json.dumps({"header": self.header}) + "\n")
+            return []
+        lines = self.path.read_text().splitlines()
+        try:
+            old = json.loads(lines[0])["header"]
+        except (ValueError, KeyError, IndexError):
+            raise BenchError(f"{self.path}: not a specjax bench journal (line 1 is not a "
+                             "header)") from None
+        diff = sorted(k for k in set(old) | set(self.header) if old.get(k) != self.header.get(k))
+        if diff:
+            detail = "; ".join(f"{k}: journal {old.get(k)!r}, now {self.header.get(k)!r}"
+                               for k in diff)
+            raise BenchError(f"{self.path} was written by a different benchmark ({detail}); "
+                             "use a new --journal file or the same settings")
+        out = []
+        for n, line in enumerate(lines[1:], start=2):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                if n == len(lines):  # the last line, cut short by a crash: redo that group
+                    break
+                raise BenchError(f"{self.path}:{n}: malformed journal line") from None
+        return out
+
+    def append(self, record: dict):
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def prompts_digest(items: list[dict]) -> str:
+    import hashlib
+
+    h = hashlib.sha1()
+    for it in items:
+        h.update(json.dumps([str(it["id"]), it["category"], it["prompt"]]).encode())
+    return h.hexdigest()

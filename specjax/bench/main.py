@@ -1,0 +1,165 @@
+"""``specjax bench`` as a function: :func:`run` carries out a :class:`BenchConfig`.
+
+The CLI turns its flags into a config (:meth:`BenchConfig.from_args`) and calls :func:`run`;
+a script can build the config in Python and do the same. The checks here name the flags,
+which are the config's fields (``--batch-size`` is ``batch_size``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from specjax import _runtime
+from specjax.bench import curve
+from specjax.bench.config import BenchConfig, _fmt
+from specjax.bench.journal import Journal, prompts_digest
+from specjax.bench.machine import environment
+from specjax.bench.plots import plot, plot_verify_curve
+from specjax.bench.prompts import load_prompts, parse_batch_sizes, parse_positive_ints
+from specjax.bench.report import format_table
+from specjax.bench.runner import run_bench, sweep_batches
+from specjax.errors import BenchError
+from specjax.methods import base_method
+
+
+def _csv(values) -> str | None:
+    """``(1, 4)`` -> ``"1,4"`` (a tuple field as its flag value); None stays None."""
+    return None if values is None else _fmt(tuple(values))
+
+
+def _load(config: BenchConfig):
+    """The target model of ``config`` (its name, dtype, quantization, attention)."""
+    listed = [m.strip().split("@")[0] for m in config.methods]
+    return _runtime.load_for_run(
+        config.model, config.dtype, config.quantize, config.attention_impl,
+        decodes_text=not config.verify_curve,
+        speculative=not config.verify_curve and any(m not in ("ar", "") for m in listed))
+
+
+def run(config: BenchConfig, argv: list[str] | None = None) -> int:
+    """Runs the benchmark ``config`` describes, or its verify-cost curve
+    (``config.verify_curve``): prints the table (the curve), writes ``config.output`` (JSON)
+    and ``config.plot`` (PNG) when set.
+
+    Args:
+      config: the experiment.
+      argv: the command line to record in the results (``"command"``); default: the
+        ``specjax bench`` flags that run ``config``.
+
+    Returns:
+      The exit status, 0.
+
+    Raises:
+      BenchError: a setting that cannot run (unknown method, bad curve sizes, a journal from
+        other settings, ...); errors of loading the model or the prompts likewise.
+    """
+    from tqdm import tqdm
+
+    from specjax.methods import METHODS
+
+    if argv is None:
+        argv = ["bench", *config.to_argv()]
+    quantize = config.quantize
+    in_loop = config.in_loop
+    if in_loop and not config.verify_curve:
+        raise BenchError("--in-loop only applies with --verify-curve")
+    if config.verify_curve:
+        ks = parse_positive_ints(_csv(config.curve_ks), "--curve-ks", strict=True)
+        bs = parse_positive_ints(_csv(config.curve_batches), "--curve-batches", strict=True)
+        if ks[0] != 1:
+            raise BenchError(f"--curve-ks must start with 1 (times are relative to k = 1), "
+                             f"got {_csv(config.curve_ks)!r}")
+        if config.curve_prefix < 0:
+            raise BenchError(f"--curve-prefix must be >= 0, got {config.curve_prefix}")
+        lm = _load(config)
+        with tqdm(total=len(ks) * len(bs), desc="verify curve", file=sys.stderr) as bar:
+            if in_loop:  # looked up on the module, so a test can stand in for it
+                result = curve.verify_curve_in_loop(lm, ks, bs, prefix=config.curve_prefix,
+                                                    progress=bar.update)
+            else:
+                result = curve.verify_curve(lm, ks, bs, prefix=config.curve_prefix,
+                                            progress=bar.update)
+        result.update(environment(argv))
+        result["model"] = config.model
+        result["quantize"] = quantize
+        for B, rel in result["relative"].items():
+            print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
+                                                 zip(result["ks"], rel)))
+        if config.output:
+            Path(config.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(config.output).write_text(json.dumps(result, indent=2))
+        if config.plot:
+            plot_verify_curve(result, config.plot)
+        return 0
+    methods = [m.strip() for m in config.methods if m.strip()]
+    bad = [m for m in methods if base_method(m) not in METHODS]
+    if bad:
+        raise BenchError(f"unknown methods {bad}; available: {', '.join(METHODS)} (a variant "
+                         "label may follow '@', e.g. early_exit@topk)")
+    if len(set(methods)) != len(methods):
+        raise BenchError(f"--methods lists a method twice: {methods}; label variants, e.g. "
+                         "early_exit,early_exit@topk")
+    if config.repeats < 1:
+        raise BenchError(f"--repeats must be >= 1, got {config.repeats}")
+    # as --method-arg gives them: every method present, every value a string
+    margs = {m: {k: _fmt(v) for k, v in config.method_args.get(m, {}).items()}
+             for m in methods}
+    if config.peer and quantize != "none":
+        raise BenchError(f"--peer {config.peer} runs the float weights, so it cannot stand "
+                         f"beside a --quantize {quantize} target; drop one of the two")
+    batch_sizes = parse_batch_sizes(_csv(config.batch_sizes))
+    if config.batch_size < 1:
+        raise BenchError(f"--batch-size must be >= 1, got {config.batch_size}")
+    cats = list(config.categories) if config.categories else None
+    items = load_prompts(config.prompts, cats, config.limit)
+    lm = _load(config)
+    n_batches = sum(-(-len([i for i in items if i["category"] == c]) // config.batch_size)
+                    for c in {i["category"] for i in items})
+    n_ours = len(set(methods) | {"ar"})
+    n_methods = n_ours + (2 if config.peer == "hf" else 0)
+    n_sweep = sum(len(b) for b in sweep_batches(len(items), batch_sizes, config.batch_size
+                                                ).values())
+    journal = None
+    if config.journal:
+        journal = Journal(config.journal, {
+            "model": config.model, "methods": methods, "method_args": margs,
+            "prompts": config.prompts, "categories": cats, "limit": config.limit,
+            "n_prompts": len(items), "prompts_sha1": prompts_digest(items),
+            "max_new_tokens": config.max_new_tokens, "batch_size": config.batch_size,
+            "batch_sizes": batch_sizes, "temperature": config.temperature,
+            "repeats": config.repeats, "peer": config.peer, "dtype": config.dtype,
+            # only when set, so journals written before the flag existed still resume
+            **({"quantize": quantize} if quantize != "none" else {})})
+    if config.time_limit is not None and config.time_limit < 0:
+        raise BenchError(f"--time-limit must be >= 0 minutes, got {config.time_limit}")
+    if config.time_limit == 0 and not config.journal:
+        raise BenchError("--time-limit 0 runs nothing: it reports what a --journal holds")
+    with tqdm(total=config.repeats * (n_batches * n_methods + n_sweep * n_ours), desc="bench",
+              unit="run", file=sys.stderr) as bar:
+        summary = run_bench(lm, items, methods, margs, max_new_tokens=config.max_new_tokens,
+                            batch_size=config.batch_size, temperature=config.temperature,
+                            repeats=config.repeats, peer=config.peer, progress=bar.update,
+                            batch_sizes=batch_sizes, journal=journal,
+                            time_limit_s=None if config.time_limit is None
+                            else 60.0 * config.time_limit)
+    prog = summary["progress"]
+    if not prog["complete"]:
+        print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
+              "prompt batches done (each category sampled alike)"
+              + (f"; run the same command again to continue from {config.journal}"
+                 if config.journal else ""), file=sys.stderr)
+    summary.update(environment(argv))
+    summary.update({"model": config.model, "max_new_tokens": config.max_new_tokens,
+                    "batch_size": config.batch_size, "batch_sizes": batch_sizes,
+                    "temperature": config.temperature,
+                    "repeats": config.repeats, "prompts": config.prompts,
+                    "n_prompts": len(items), "quantize": quantize})
+    print(format_table(summary))
+    if config.output:
+        Path(config.output).parent.mkdir(parents=True, exist_ok=True)
+        Path(config.output).write_text(json.dumps(summary, indent=2))
+    if config.plot:
+        plot(summary, config.plot)
+    return 0

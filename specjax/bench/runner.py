@@ -1,0 +1,218 @@
+"""The interleaved runner: every method on the same batches of prompts, in turn.
+
+For every repeat, every batch of prompts and every method in turn (so machine drift hits all
+methods alike) the batch is generated and timed; compilation is timed apart and never enters
+tokens/s. Work is planned as groups (one batch, every method), so a :class:`Journal` can
+record finished groups and a later run continue from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections import defaultdict
+from typing import Any, Callable
+
+from specjax.bench.journal import Journal
+from specjax.bench.machine import machine_description, utc_now
+from specjax.bench.peers import _peer_runner
+from specjax.bench.report import summarize, summarize_batch_sizes
+from specjax.methods import build, describe
+
+
+@dataclasses.dataclass
+class Run:
+    method: str
+    category: str
+    repeat: int
+    prompt_ids: list[str]
+    new_tokens: int
+    wall_s: float
+    forwards: int
+    drafted_at: list[int] | None
+    accepted_at: list[int] | None
+    tokens: list[list[int]]
+    batch_size: int = 1  # rows requested per generate call
+    prefill_s: float | None = None  # part of wall_s spent in the prefill (None: peers)
+
+
+def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_tokens: int,
+              batch_size: int, temperature: float, repeats: int, peer: str | None = None,
+              seed: int = 0, progress: Callable | None = None,
+              batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
+              time_limit_s: float | None = None) -> dict[str, Any]:
+    """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
+
+    Per-category rows use batches of ``batch_size`` prompts of one category. With
+    ``batch_sizes``, each method (not the peers: transformers' prompt lookup runs one prompt
+    at a time) also runs at each batch size B over all prompts, every batch filled to B rows by
+    cycling through the prompts; ``summary["by_batch_size"]`` then holds tokens/s, speedup and
+    identical-output flags per method and B.
+    """
+    from specjax.engine import generate
+    from specjax.sampling import SamplingParams
+
+    if "ar" not in methods:
+        methods = ["ar"] + methods  # speedups are always against ar of the same run
+    tok = lm.tokenizer
+    sampling = SamplingParams(temperature=temperature, seed=seed)
+    eos = tok.eos_ids
+    encoded = [tok.encode_chat(it["prompt"]) for it in items]
+    built = {m: build(m, lm, method_args.get(m, {})) for m in methods}
+    by_cat: dict[str, list[int]] = defaultdict(list)
+    for i, it in enumerate(items):
+        by_cat[it["category"]].append(i)
+    batches = []
+    for cat, idx in by_cat.items():
+        for s in range(0, len(idx), batch_size):
+            batches.append((cat, idx[s:s + batch_size]))
+    sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
+    peers = {}
+    if peer == "hf":
+        for kind in ("hf_ar", "hf_prompt_lookup"):
+            peers[kind] = _peer_runner(lm, kind, max_new_tokens, eos, temperature, seed)
+    all_methods = methods + list(peers)
+    runs: list[Run] = []
+    sweep_runs: list[Run] = []
+    compile_s = defaultdict(float)
+    sweep_compile_s: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    def one(m: str, cat: str, rep: int, idx: list[int], B: int, compile_to) -> Run:
+        prompts = [encoded[i] for i in idx]
+        ids = [items[i]["id"] for i in idx]
+        if m in peers:
+            toks, wall = peers[m](prompts)
+            return Run(m, cat, rep, ids, sum(len(t) for t in toks), wall, 0, None, None, toks,
+                       B)
+        d, pol, ver = built[m]
+
+        def gen():
+            return generate(lm.model, prompts, max_new_tokens=max_new_tokens,
+                            sampling=sampling, eos_ids=eos, batch_size=len(prompts),
+                            drafter=d, policy=pol, verifier=ver)
+
+        r = gen()
+        if r.compile_s > 0:
+            # the first execution of a freshly compiled program pays one-time set-up on top
+            # of compilation (on XLA:CPU ~0.5-1.4 s for SmolLM2's loops): time a second run
+            # and book the first run's excess with the compile time
+            r2 = gen()
+            r2.compile_s = r.compile_s + max(0.0, r.wall_s[0] - r2.wall_s[0])
+            r = r2
+        compile_to[m] += r.compile_s
+        ex = r.extra or {}
+        k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
+        return Run(
+            m, cat, rep, ids, sum(r.new_tokens), r.wall_s[0], sum(r.target_forwards),
+            [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
+            [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
+            r.tokens, B, r.prefill_s[0])
+
+    groups = plan_groups(batches, sweep, repeats, items, batch_size)
+    done: set[str] = set()
+    here = machine_description()
+    journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
+    if journal is not None:  # the resolved configs (defaults included) must match too
+        journal.header["configs"] = {m: describe(*built[m]) for m in methods}
+        for rec in journal.load():
+            done.add(rec["group"])
+            journal_machines[rec.get("machine", "not recorded")] += 1
+            for rd in rec["runs"]:
+                r = Run(**rd)
+                (sweep_runs if rec["sweep"] else runs).append(r)
+            for m, sec in rec["compile"].items():
+                if rec["sweep"]:
+                    sweep_compile_s[rec["batch_size"]][m] += sec
+                else:
+                    compile_s[m] += sec
+    todo = [g for g in groups if g["key"] not in done]
+    if progress and len(todo) < len(groups):
+        n_skip = sum(len(all_methods if not g["sweep"] else methods)
+                     for g in groups if g["key"] in done)
+        progress(n_skip)
+    t_start = time.perf_counter()
+    stopped = False
+    ran = 0
+    for g in todo:
+        if time_limit_s is not None and (time_limit_s == 0 or (
+                ran > 0 and time.perf_counter() - t_start > time_limit_s)):
+            # a positive limit still runs one batch; 0 runs none (report a journal)
+            stopped = True
+            break
+        ms = methods if g["sweep"] else all_methods
+        target_compile = defaultdict(float)
+        group_runs = []
+        for m in ms:  # interleaved
+            group_runs.append(one(m, g["category"], g["repeat"], g["idx"], g["batch_size"],
+                                  target_compile))
+            if progress:
+                progress(1)
+        (sweep_runs if g["sweep"] else runs).extend(group_runs)
+        into = sweep_compile_s[g["batch_size"]] if g["sweep"] else compile_s
+        for m, sec in target_compile.items():
+            into[m] += sec
+        if journal is not None:
+            journal.append({"group": g["key"], "sweep": g["sweep"],
+                            "batch_size": g["batch_size"],
+                            "runs": [dataclasses.asdict(r) for r in group_runs],
+                            "compile": dict(target_compile),
+                            "machine": here, "finished_at": utc_now()})
+            journal_machines[here] += 1
+        ran += 1
+    greedy = temperature == 0.0
+    summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
+    if batch_sizes:
+        summary["by_batch_size"] = summarize_batch_sizes(
+            runs, sweep_runs, methods, sorted(set(batch_sizes)), batch_size, compile_s,
+            sweep_compile_s, built, greedy)
+    n_done = len(groups) - len(todo) + ran
+    summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
+                           "complete": n_done == len(groups), "stopped_by_time_limit": stopped}
+    if journal is not None:
+        # a journaled run can span sessions and machines: say which groups ran where
+        summary["progress"]["machines"] = dict(journal_machines)
+    return summary
+
+
+def group_key(sweep: bool, repeat: int, category: str, ids: list, batch_size: int) -> str:
+    return json.dumps([("sweep" if sweep else "cat"), repeat, category, batch_size,
+                       [str(i) for i in ids]])
+
+
+def plan_groups(batches, sweep, repeats: int, items, batch_size: int) -> list[dict]:
+    """The order of work: for each repeat, one batch of every category in turn (round robin,
+    so a run stopped early has sampled every category alike), then the batch-size sweep.
+    Every method runs on a group back to back (interleaved)."""
+    per_cat: dict[str, list[list[int]]] = defaultdict(list)
+    for cat, idx in batches:
+        per_cat[cat].append(idx)
+    order = []
+    for j in range(max((len(v) for v in per_cat.values()), default=0)):
+        for cat, bl in per_cat.items():
+            if j < len(bl):
+                order.append((cat, bl[j]))
+    groups = []
+    for rep in range(repeats):
+        for cat, idx in order:
+            ids = [items[i]["id"] for i in idx]
+            groups.append({"key": group_key(False, rep, cat, ids, batch_size),
+                           "sweep": False, "repeat": rep, "category": cat, "idx": idx,
+                           "batch_size": batch_size})
+        for B, bidx in sweep.items():
+            for idx in bidx:
+                ids = [items[i]["id"] for i in idx]
+                groups.append({"key": group_key(True, rep, "ALL", ids, B), "sweep": True,
+                               "repeat": rep, "category": "ALL", "idx": idx, "batch_size": B})
+    return groups
+
+
+def sweep_batches(n: int, batch_sizes: list[int], batch_size: int) -> dict[int, list[list[int]]]:
+    """Prompt indices of the batch-size sweep: for each B, ceil(n / B) batches of exactly B
+    rows, cycling through the n prompts. B = 1 with ``batch_size`` = 1 is left out: the
+    per-category runs are the same work and serve for it."""
+    out = {}
+    for B in sorted(set(batch_sizes)):
+        if B == 1 and batch_size == 1:
+            continue
+        out[B] = [[i % n for i in range(s, s + B)] for s in range(0, n, B)]
+    return out

@@ -1,0 +1,40 @@
+"""Static sizes the compiled programs are keyed on: cache buckets, prefill padding, verify
+block buckets. Shared by the engine and by cost-aware policies (no other import)."""
+
+from __future__ import annotations
+
+
+def bucket_length(n: int, minimum: int = 16) -> int:
+    """Coarse prompt bucket that sizes the KV cache (so the decode loop, the expensive compile,
+    is shared by every prompt in it): powers of two up to 256, then multiples of 256."""
+    if n <= minimum:
+        return minimum
+    if n <= 256:
+        return 1 << (n - 1).bit_length()
+    return -(-n // 256) * 256
+
+
+def prefill_length(n: int, minimum: int = 16) -> int:
+    """Padded prompt length of the prefill forward, finer than :func:`bucket_length` (padding
+    costs prefill compute in proportion; a prefill program compiles quickly): powers of two up
+    to 64, multiples of 16 up to 256, of 32 up to 512, then of 128. Never above
+    ``bucket_length(n)``."""
+    if n <= 64:
+        p = max(minimum, 1 << (n - 1).bit_length())
+    elif n <= 256:
+        p = -(-n // 16) * 16
+    elif n <= 512:
+        p = -(-n // 32) * 32
+    else:
+        p = -(-n // 128) * 128
+    return min(p, bucket_length(n, minimum))
+
+
+def verify_buckets(K: int) -> tuple[int, ...]:
+    """Block sizes the verify forward is compiled for: 1, 2, 4, ... and K + 1."""
+    out, b = [], 1
+    while b < K + 1:
+        out.append(b)
+        b *= 2
+    out.append(K + 1)
+    return tuple(out)

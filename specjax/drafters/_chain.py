@@ -1,0 +1,92 @@
+"""Autoregressive chain drafting through a draft network, inside the compiled loop."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+
+from specjax.cache import KVCache
+from specjax.drafters.base import StepContext
+from specjax.policies.base import DraftStep
+from specjax.rng import Stream, stream_keys
+from specjax.sampling import process_logits
+
+
+def pick_token(logits, key_data, step, greedy: bool, temperature, top_k, top_p,
+               need_probs: bool = False):
+    """Draft token from ``logits[B, V]``, with the processed distribution it was drawn from
+    when sampling (or when ``need_probs``: the plain softmax when greedy), else None."""
+    if greedy:
+        tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return tok, (jax.nn.softmax(logits.astype(jnp.float32), axis=-1) if need_probs
+                     else None)
+    lp = process_logits(logits, temperature, top_k, top_p)
+    keys = stream_keys(key_data, Stream.DRAFT_TOKEN, step)
+    tok = jax.vmap(jax.random.categorical)(keys, lp).astype(jnp.int32)
+    return tok, jnp.exp(lp)
+
+
+def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: int, k_rows,
+                ctx: StepContext, greedy: bool, vocab: int, skip_if_zero: bool = False,
+                stop: Callable | None = None):
+    """Autoregressive drafting of up to ``k_rows[b]`` (traced, ``<= K``) tokens per row.
+
+    ``step_fn(tokens[B, T], positions[B, T], cache) -> (logits[B, V] of the last token, cache)``
+    runs the draft network with ``cache.lengths`` set to the first position of ``tokens``.
+    The first call feeds ``first_tokens`` (ending with the pending token); each later call
+    feeds the previous draft token.
+
+    ``skip_if_zero``: when no row drafts, nothing runs. The first feed (a single pending
+    token) is then the loop's first iteration rather than a ``lax.cond``, which would copy the
+    cache it updates on every step. Without it the first feed always runs (a draft model keeps
+    its cache in sync that way) and may hold several tokens.
+
+    ``stop(DraftStep) -> bool[B]`` (a policy's mid-draft hook, or None): after each drafted
+    token; a row for which it is True drops that token and drafts no more.
+
+    Returns ``(tokens[B, K], q[B, K, V] | None, cache, k_rows)`` with ``k_rows`` the drafted
+    count of each row (lowered where ``stop`` cut a draft).
+    """
+    B = first_tokens.shape[0]
+    tokens = jnp.zeros((B, K), jnp.int32)
+    q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32)
+    k_rows = k_rows.astype(jnp.int32)
+
+    def pick(logits, i, k_rows):
+        tok, probs = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
+                                ctx.top_p, need_probs=stop is not None)
+        if stop is not None:
+            cut = stop(DraftStep(index=jnp.asarray(i, jnp.int32), token=tok, probs=probs))
+            k_rows = jnp.where(cut & (i < k_rows), i, k_rows)
+        return tok, (None if greedy else probs), k_rows
+
+    if skip_if_zero:
+        if first_tokens.shape[1] != 1:
+            raise ValueError("skip_if_zero drafts from a single pending token")
+        start = 0
+    else:
+        logits, cache = step_fn(first_tokens, first_pos, cache.with_lengths(first_pos[:, 0]))
+        tok, q0, k_rows = pick(logits, 0, k_rows)
+        tokens = tokens.at[:, 0].set(tok)
+        q = None if q is None else q.at[:, 0].set(q0)
+        start = 1
+    base = first_pos[:, -1]  # position of the pending token
+
+    def body(c):
+        i, cache, tokens, q, k_rows = c
+        prev = jax.lax.dynamic_index_in_dim(tokens, jnp.maximum(i - 1, 0), axis=1,
+                                            keepdims=False)
+        prev = jnp.where(i == 0, first_tokens[:, -1], prev)  # i == 0: the pending token
+        pos = base + i
+        logits, cache = step_fn(prev[:, None], pos[:, None], cache.with_lengths(pos))
+        tok, qi, k_rows = pick(logits, i, k_rows)
+        tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
+        if q is not None:
+            q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
+        return i + 1, cache, tokens, q, k_rows
+
+    _, cache, tokens, q, k_rows = jax.lax.while_loop(
+        lambda c: c[0] < jnp.max(c[4]), body, (jnp.int32(start), cache, tokens, q, k_rows))
+    return tokens, q, cache, jnp.minimum(k_rows, K)

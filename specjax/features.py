@@ -1,0 +1,108 @@
+"""Target features a drafter reads: declared once (static), computed by the verify forward.
+
+A drafter declares a :class:`FeatureSpec` (hidden states of which layers, the normed last
+hidden state, logits). The prefill and every verify forward of the loop compute exactly those
+for every token they process, and the loop hands them on:
+
+* ``drafter.init(..., features)``: the features of every prompt position ``[B, P, ...]``;
+* ``drafter.update(..., features)``: the features of the tokens committed by the step, in
+  path order: entry 0 is the root (the step's pending token), entry ``i`` the ``i``-th
+  accepted node (``[B, D + 1, ...]``; entries past ``n_acc`` are padding). Their positions
+  are ``committed_length + i``.
+
+So an EAGLE- or Medusa-style drafter drafts its next step from the verify pass of the last
+one, with no extra target forward. A drafter that declares nothing costs nothing: the forward
+returns no extra arrays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from specjax.errors import DrafterError
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    """What a drafter needs from the target, per processed token (static, hashable).
+
+    Attributes:
+      layers: block indices whose output residual stream (before the final norm) is
+        returned; ``-1`` is the last block.
+      final_hidden: the last hidden state after the final norm (the LM head's input).
+      logits: the target's float32 logits.
+    """
+
+    layers: tuple[int, ...] = ()
+    final_hidden: bool = False
+    logits: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.layers, tuple) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in self.layers):
+            raise DrafterError(f"FeatureSpec.layers must be a tuple of layer indices, got "
+                               f"{self.layers!r}")
+
+    @property
+    def empty(self) -> bool:
+        return not (self.layers or self.final_hidden or self.logits)
+
+    def check(self, num_layers: int) -> None:
+        bad = [i for i in self.layers if not -1 <= i < num_layers]
+        if bad:
+            raise DrafterError(f"the drafter asks for hidden states of layers {bad}; this "
+                               f"{num_layers}-layer target has layers 0..{num_layers - 1} "
+                               "(-1 = the last)")
+
+
+NO_FEATURES = FeatureSpec()
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Features:
+    """Target features of a block of tokens (``None`` where not declared).
+
+    Attributes:
+      hidden: one ``[B, T, D]`` array per declared layer, in declaration order.
+      final_hidden: ``[B, T, D]`` or None.
+      logits: ``float32[B, T, V]`` or None.
+    """
+
+    hidden: tuple[jax.Array, ...] = ()
+    final_hidden: jax.Array | None = None
+    logits: jax.Array | None = None
+
+    def map(self, fn) -> "Features":
+        """Applies ``fn`` to every array (each has the token axis at 1)."""
+        return jax.tree.map(fn, self)
+
+
+def forward_kwargs(spec: FeatureSpec) -> dict:
+    """Keyword arguments of :class:`specjax.models.llama.Llama` that compute ``spec``."""
+    return {"hidden_layers": spec.layers} if spec.layers else {}
+
+
+def from_output(spec: FeatureSpec, out) -> Features:
+    """The declared features of a forward's output (``hidden_layers`` as in
+    :func:`forward_kwargs`; the logits of every token)."""
+    return Features(hidden=tuple(out.hidden) if spec.layers else (),
+                    final_hidden=out.final_hidden if spec.final_hidden else None,
+                    logits=out.logits if spec.logits else None)
+
+
+def pad_tokens(f: Features, T: int) -> Features:
+    """Zero-pads every array's token axis to ``T``."""
+    return f.map(lambda a: jnp.pad(a, [(0, 0), (0, T - a.shape[1])] + [(0, 0)] * (a.ndim - 2)))
+
+
+def take_tokens(f: Features, idx: jax.Array) -> Features:
+    """``idx[B, M]`` token indices -> features ``[B, M, ...]`` (indices are clamped)."""
+    def g(a):
+        i = jnp.clip(idx, 0, a.shape[1] - 1)
+        return jnp.take_along_axis(a, i.reshape(i.shape + (1,) * (a.ndim - 2)), axis=1)
+
+    return f.map(g)

@@ -1,0 +1,352 @@
+"""The decode loop: prefill, then one ``lax.while_loop``, keyed on one static loop object.
+
+:class:`DecodeLoop` is a frozen, hashable description of a generation program: the target's
+graph, the drafter (None for plain decoding), the policy, the verifier, greedy or sampling,
+and the EOS ids. It is the static argument of the two compiled programs (prefill and loop);
+everything else (weights, prompts, budgets, sampling parameters) is an array, so a new token
+budget does not recompile.
+
+Plain and speculative decoding share the state (:class:`LoopState`), the prefill, the stopping
+rules and the metrics; plain decoding keeps its own loop body (one token per row per step),
+which measures faster than the speculative body with nothing drafted.
+
+A speculative step, per row: the policy picks a draft length (tree depth) ``k``; the drafter
+proposes a :class:`specjax.tree.DraftTree` of at most ``k`` levels (a chain is the one-branch
+tree), possibly cut short by the policy's mid-draft stop hook; the target scores
+``[pending, node_0 .. node_{N-1}]`` in ONE forward under the ancestor mask, with positions
+``length + depth`` (block size bucketed to what the live rows drafted, so drafting nothing
+costs a plain decoding step), computing the target features the drafter declared; the
+verifier accepts a root-to-leaf path plus one correction/bonus token; the accepted path's cache
+entries are committed: chains by advancing per-row lengths, trees by gathering the path into
+contiguous slots (rejected entries stay as scratch past the length and are overwritten later).
+
+Batched rows stay exactly as if decoded alone (card C10): each row has its own committed
+length, positions ``length + arange``, and a mask that shows only its own committed prefix and
+its own block; nothing is re-padded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.buckets import verify_buckets
+from specjax.cache import KVCache
+from specjax.drafters.base import StepContext, drafter_features, tree_spec
+from specjax.features import (
+    NO_FEATURES,
+    Features,
+    forward_kwargs,
+    from_output,
+    pad_tokens,
+    take_tokens,
+)
+from specjax.rng import Stream, fold
+from specjax.sampling import process_logits
+from specjax.tree import ancestor_mask, tree_positions
+from specjax.verifiers.base import SamplingArrays, sampling_rule
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Metrics:
+    """Per-row counters.
+
+    forwards: target forwards (prefill included); drafted / accepted: drafted tokens and
+    accepted drafted tokens that were emitted (an EOS inside an accepted run truncates it);
+    drafted_at / accepted_at ``[B, K]``: the same by draft position (``K = 0`` for plain
+    decoding). Every forward emits one token plus its accepted drafts, except a final step cut
+    at EOS, which emits no correction token: ``new_tokens`` is ``forwards + accepted`` or one
+    less.
+    """
+
+    forwards: jax.Array
+    drafted: jax.Array
+    accepted: jax.Array
+    drafted_at: jax.Array
+    accepted_at: jax.Array
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class LoopState:
+    """Loop state (all arrays, batch-major).
+
+    Attributes:
+      cache: target KV cache; its committed length is ``seq_len - 1`` for live rows.
+      draft_state / policy_state: the drafter's and the policy's state pytrees (``()`` for
+        plain decoding).
+      seq: ``int32[B, Ls]`` prompt + output tokens; ``seq[b, seq_len[b] - 1]`` is the pending
+        token (the newest, not yet in the cache).
+      seq_len, prompt_len, max_new: ``int32[B]``; ``max_new`` is the row's token budget.
+      done: ``bool[B]`` the row stopped (EOS, budget or full cache).
+      keys: ``uint32[B, 2]`` per-row raw PRNG keys (a row samples the same alone or batched).
+      step: ``int32[]`` loop iterations so far.
+      metrics: :class:`Metrics`.
+    """
+
+    cache: KVCache
+    draft_state: Any
+    policy_state: Any
+    seq: jax.Array
+    seq_len: jax.Array
+    prompt_len: jax.Array
+    max_new: jax.Array
+    done: jax.Array
+    keys: jax.Array
+    step: jax.Array
+    metrics: Metrics
+
+    @property
+    def new_tokens(self) -> jax.Array:
+        return self.seq_len - self.prompt_len
+
+
+def _is_eos(tok, eos_ids: tuple[int, ...]):
+    if not eos_ids:
+        return jnp.zeros(tok.shape, bool)
+    return jnp.any(tok[..., None] == jnp.asarray(eos_ids, jnp.int32), axis=-1)
+
+
+def _sample(logits, key_data, greedy: bool, sampling: SamplingArrays):
+    """One token per row from ``logits[B, V]`` with the row's (already folded) key."""
+    if greedy:
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    lp = process_logits(logits, sampling.temperature, sampling.top_k, sampling.top_p)
+    return jax.vmap(lambda k, lg: jax.random.categorical(jax.random.wrap_key_data(k), lg))(
+        key_data, lp).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLoop:
+    """One generation program (static, hashable): see the module docstring.
+
+    Attributes:
+      graphdef: the target's ``nnx`` graph (its weights are passed as arrays).
+      drafter: a drafter, or None for plain decoding.
+      policy: the speculation-length policy (None for plain decoding).
+      verifier: the acceptance rule (None for plain decoding).
+      greedy: argmax decoding; else sampling with the run's sampling arrays.
+      eos_ids: token ids that end a row (kept in the output).
+    """
+
+    graphdef: Any
+    drafter: Any = None
+    policy: Any = None
+    verifier: Any = None
+    greedy: bool = True
+    eos_ids: tuple[int, ...] = ()
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter is not None
+
+    @property
+    def K(self) -> int:
+        """Maximum draft depth (0 for plain decoding)."""
+        return tree_spec(self.drafter).depth if self.speculative else 0
+
+    @property
+    def features(self):
+        return drafter_features(self.drafter) if self.speculative else NO_FEATURES
+
+    # ------------------------------------------------------------------ prefill
+
+    def prefill(self, params, draft_params, tokens, lengths, max_new, keys,
+                sampling: SamplingArrays, cache_len: int) -> LoopState:
+        """Runs the prompts ``tokens[B, P]`` (right-padded, ``lengths[B]`` real tokens) through
+        the target, picks each row's first new token and sets up the drafter and policy."""
+        target = nnx.merge(self.graphdef, params)
+        B, P = tokens.shape
+        K = self.K
+        fs = self.features
+        cache = target.init_cache(B, cache_len)
+        positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
+        last = (lengths - 1)[:, None]
+        out = target(tokens, positions, cache, logits_index=None if fs.logits else last,
+                     prefix_empty=True, **forward_kwargs(fs))
+        cache = out.cache.with_lengths(lengths)
+        logits = (jnp.take_along_axis(out.logits, last[..., None], axis=1) if fs.logits
+                  else out.logits)[:, 0]
+        first = _sample(logits, fold(keys, 0), self.greedy, sampling)
+        live = max_new > 0
+        seq = jnp.zeros((B, cache_len + K + 2), jnp.int32).at[:, :P].set(tokens)
+        seq = seq.at[jnp.arange(B), lengths].set(jnp.where(live, first, 0))
+        n_out = live.astype(jnp.int32)
+        done = (~live) | (_is_eos(first, self.eos_ids) & live) | (n_out >= max_new) | (
+            lengths >= cache_len)
+        z = jnp.zeros((B,), jnp.int32)
+        metrics = Metrics(forwards=n_out, drafted=z, accepted=z,
+                          drafted_at=jnp.zeros((B, K), jnp.int32),
+                          accepted_at=jnp.zeros((B, K), jnp.int32))
+        dstate, pstate = (), ()
+        if self.speculative:
+            dstate = self.drafter.init(draft_params, target, tokens, lengths, cache_len,
+                                       from_output(fs, out))
+            pstate = self.policy.init(B)
+        return LoopState(cache=cache, draft_state=dstate, policy_state=pstate, seq=seq,
+                         seq_len=lengths + n_out, prompt_len=lengths, max_new=max_new,
+                         done=done, keys=keys, step=jnp.zeros((), jnp.int32), metrics=metrics)
+
+    # ------------------------------------------------------------------ loop
+
+    def run(self, params, draft_params, state: LoopState, sampling: SamplingArrays,
+            max_steps=None) -> LoopState:
+        """Decodes until every row is done (or, when ``max_steps`` is given, until
+        ``state.step`` reaches it: a hook to inspect the state after any step; the loop
+        resumes from the returned state)."""
+        target = nnx.merge(self.graphdef, params)
+
+        def cond(s: LoopState):
+            go = jnp.any(~s.done)
+            if max_steps is not None:
+                go = go & (s.step < max_steps)
+            return go
+
+        if self.speculative:
+            body = functools.partial(self._spec_step, target, draft_params, sampling)
+        else:
+            body = functools.partial(self._plain_step, target, sampling)
+        return jax.lax.while_loop(cond, body, state)
+
+    @staticmethod
+    def _done(s: LoopState, cache, seq_len, emitted_eos, live):
+        """The stopping rule of both bodies: EOS emitted, budget reached or cache full."""
+        return s.done | (live & (emitted_eos | (seq_len - s.prompt_len >= s.max_new) |
+                                 (cache.lengths >= cache.max_len)))
+
+    def _plain_step(self, target, sampling, s: LoopState) -> LoopState:
+        """Plain decoding: one token per row."""
+        B = s.seq.shape[0]
+        live = ~s.done
+        pending = jnp.take_along_axis(s.seq, (s.seq_len - 1)[:, None], axis=1)
+        o = target(pending, s.cache.lengths[:, None], s.cache)
+        cache = o.cache.advance(live.astype(jnp.int32))
+        nxt = _sample(o.logits[:, 0], fold(s.keys, s.seq_len - s.prompt_len), self.greedy,
+                      sampling)
+        idx = jnp.where(live, s.seq_len, s.seq.shape[1])  # out of range: dropped
+        seq = s.seq.at[jnp.arange(B), idx].set(nxt, mode="drop")
+        seq_len = s.seq_len + live
+        done = self._done(s, cache, seq_len, _is_eos(nxt, self.eos_ids), live)
+        mt = s.metrics
+        metrics = dataclasses.replace(mt, forwards=mt.forwards + live)
+        return dataclasses.replace(s, cache=cache, seq=seq, seq_len=seq_len, done=done,
+                                   step=s.step + 1, metrics=metrics)
+
+    def _spec_step(self, target, dparams, sampling, s: LoopState) -> LoopState:
+        drafter, policy, verifier = self.drafter, self.policy, self.verifier
+        greedy, K, fs = self.greedy, self.K, self.features
+        S = s.cache.max_len
+        B, Ls = s.seq.shape
+        spec = tree_spec(drafter)
+        chain = getattr(drafter, "tree", None) is None  # drafted as a chain: prefix commit
+        N, D = spec.num_nodes, spec.depth
+        buckets = verify_buckets(N)
+        node_ids = jnp.arange(N, dtype=jnp.int32)
+        path_ids = jnp.arange(D + 1, dtype=jnp.int32)
+        live = ~s.done
+        n = s.cache.lengths  # committed = position of the pending token
+        step_keys = fold(s.keys, s.step + 1)
+        ctx = StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache, keys=step_keys,
+                          live=live, temperature=sampling.temperature, top_k=sampling.top_k,
+                          top_p=sampling.top_p)
+        n_out = s.seq_len - s.prompt_len
+        k = policy.decide(s.policy_state, ctx)
+        k = jnp.minimum(jnp.minimum(k, S - n - 1), s.max_new - n_out - 1)
+        k = jnp.where(live, jnp.clip(k, 0, K), 0).astype(jnp.int32)
+        stop = None
+        if policy.stops_mid_draft:
+            stop = functools.partial(policy.stop, s.policy_state)
+        tree, dstate, cache = drafter.propose(dparams, target, s.draft_state, ctx, k, greedy,
+                                              stop)
+        # a node is verified if drafted, within the row's depth and its verify slot fits
+        valid = (tree.valid & (tree.depth <= k[:, None]) & live[:, None]
+                 & (node_ids[None] + 1 < (S - n)[:, None]))
+        n_nodes = jnp.sum(valid, axis=1).astype(jnp.int32)
+        n_draft = jnp.max(jnp.where(valid, tree.depth, 0), axis=1).astype(jnp.int32)
+        block = jnp.concatenate([ctx.pending[:, None], tree.tokens], axis=1)  # [B, N+1]
+        if chain:
+            pos = n[:, None] + jnp.arange(N + 1, dtype=jnp.int32)[None]
+            mask = None
+        else:
+            pos = tree_positions(tree.depth, n)
+            mask = ancestor_mask(tree.parent, D)
+        need = jnp.max(jnp.where(valid, node_ids[None] + 2, 1))
+        branch = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), need, side="left")
+
+        def make_branch(T):
+            def run(cache):
+                am = None if mask is None else mask[:, :T, :T]
+                # the cache is only read in here: writing it inside lax.switch would make
+                # XLA copy every layer's cache in and out of the branch on every step
+                o = target(block[:, :T], pos[:, :T], cache, attn_mask=am,
+                           defer_cache_write=True, **forward_kwargs(fs))
+                res = verifier.target_output(o.logits, sampling, greedy)
+                res = jnp.pad(res, [(0, 0), (0, N + 1 - T)] + [(0, 0)] * (res.ndim - 2))
+                pad = ((0, 0), (0, N + 1 - T), (0, 0), (0, 0))
+                nk, nv = (tuple(jnp.pad(a, pad) for a in kv) for kv in o.new_kv)
+                return res, nk, nv, pad_tokens(from_output(fs, o), N + 1)
+
+            return run
+
+        vout, new_k, new_v, feats = jax.lax.switch(
+            branch, [make_branch(T) for T in buckets], cache)
+        cache = cache.write(new_k, new_v, cache.lengths)  # padding lands in scratch
+        n_acc, path, nxt = verifier.accept(
+            fold(step_keys, int(Stream.VERIFY)), tree, valid, n_draft, vout, depth=D,
+            chain=chain, greedy=greedy, rule=sampling_rule(drafter))
+        n_acc = jnp.where(live, n_acc, 0)
+        path_tok = jnp.take_along_axis(tree.tokens, jnp.maximum(path, 0), axis=1)  # [B, D]
+        drafts = jnp.concatenate([path_tok, jnp.zeros((B, 1), jnp.int32)], axis=1)
+        emitted = jnp.where(path_ids[None] < n_acc[:, None], drafts,
+                            jnp.where(path_ids[None] == n_acc[:, None], nxt[:, None], 0))
+        eos = _is_eos(emitted, self.eos_ids) & (path_ids[None] <= n_acc[:, None])
+        first_eos = jnp.min(jnp.where(eos, path_ids[None], D + 1), axis=1)
+        m = jnp.minimum(jnp.minimum(n_acc + 1, s.max_new - n_out), first_eos + 1)
+        m = jnp.where(live, m, 0)
+        idx = s.seq_len[:, None] + path_ids[None]
+        idx = jnp.where(path_ids[None] < m[:, None], idx, Ls)  # out of range: dropped
+        seq = s.seq.at[jnp.arange(B)[:, None], idx].set(emitted, mode="drop")
+        seq_len = s.seq_len + m
+        commit = jnp.where(live, n_acc + 1, 0)
+        # block index of the root and of the accepted nodes, in path order
+        block_path = jnp.concatenate([jnp.zeros((B, 1), jnp.int32), path + 1], axis=1)
+        if chain:
+            cache = cache.advance(commit)
+        else:  # every layer
+            cache = cache.commit_path(block_path, commit)
+        done = self._done(s, cache, seq_len, first_eos < m, live)
+        after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
+        path_feats = take_tokens(feats, block_path) if not fs.empty else Features()
+        dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats)
+        pstate = policy.update(s.policy_state, k, n_draft, n_acc)
+        acc_out = jnp.minimum(n_acc, m)  # accepted drafts that were emitted (EOS truncates)
+        mt = s.metrics
+        metrics = Metrics(
+            forwards=mt.forwards + live,
+            drafted=mt.drafted + n_nodes,
+            accepted=mt.accepted + acc_out,
+            drafted_at=mt.drafted_at + (path_ids[None, :K] < n_draft[:, None]),
+            accepted_at=mt.accepted_at + (path_ids[None, :K] < acc_out[:, None]),
+        )
+        return LoopState(cache=cache, draft_state=dstate, policy_state=pstate, seq=seq,
+                         seq_len=seq_len, prompt_len=s.prompt_len, max_new=s.max_new,
+                         done=done, keys=s.keys, step=s.step + 1, metrics=metrics)
+
+
+@functools.partial(jax.jit, static_argnames=("loop", "cache_len"))
+def prefill_jit(loop: DecodeLoop, params, draft_params, tokens, lengths, max_new, keys,
+                sampling: SamplingArrays, *, cache_len: int) -> LoopState:
+    return loop.prefill(params, draft_params, tokens, lengths, max_new, keys, sampling,
+                        cache_len)
+
+
+@functools.partial(jax.jit, static_argnames=("loop",), donate_argnames=("state",))
+def run_jit(loop: DecodeLoop, params, draft_params, state: LoopState,
+            sampling: SamplingArrays, max_steps=None) -> LoopState:
+    return loop.run(params, draft_params, state, sampling, max_steps)
