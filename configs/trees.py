@@ -4,12 +4,12 @@ from specjax.experiment import BenchConfig
 
 
 def get_config() -> BenchConfig:
-    dynamic = {"tree": "dynamic:width=3,nodes=10"}
+    dynamic = {"tree": "dynamic", "tree_width": 3, "tree_nodes": 10}
     return BenchConfig(
         methods=("ar", "layer_skip", "layer_skip@topk", "layer_skip@dynamic", "early_exit",
                  "early_exit@dynamic"),
         method_args={
-            "layer_skip@topk": {"tree": "topk:width=2"},
+            "layer_skip@topk": {"tree": "topk", "tree_width": 2},
             "layer_skip@dynamic": dynamic,
             "early_exit@dynamic": dynamic,
         },

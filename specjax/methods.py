@@ -55,6 +55,37 @@ def base_method(name: str) -> str:
     return name.split("@", 1)[0]
 
 
+LEGACY_TREE_KEYS = ("tree_width", "tree_nodes", "sibling")
+
+
+def _fold_legacy_tree_keys(name: str, args: dict) -> dict:
+    """The spellings before the tree became one option (``tree=dynamic tree_width=3
+    tree_nodes=10 sibling=iid``, as recorded runs and configs/trees.py use them) folded into
+    the ``tree`` option, so old commands reproduce."""
+    legacy = {k: args[k] for k in LEGACY_TREE_KEYS if k in args}
+    if not legacy:
+        return args
+    from specjax.drafters.base import tree_option
+    from specjax.registry import _coerce
+    from specjax.tree import TreeError, parse_tree
+
+    out = {k: v for k, v in args.items() if k not in LEGACY_TREE_KEYS}
+    what = f"method {name!r}"
+    width = _coerce(legacy.get("tree_width", 0), int, f"{what}: tree_width", DrafterError)
+    nodes = _coerce(legacy.get("tree_nodes", 0), int, f"{what}: tree_nodes", DrafterError)
+    k = _coerce(out.get("k", 4), int, f"{what}: k", DrafterError)
+    tree = out.get("tree", "chain")
+    if not isinstance(tree, str):
+        raise DrafterError(f"{what}: {', '.join(legacy)} only modify a tree given as a string")
+    try:
+        spec = parse_tree(tree, k=k, width=width or None, nodes=nodes or None,
+                          sibling=str(legacy.get("sibling", "wor")))
+    except TreeError as e:
+        raise DrafterError(f"{what}: {e}") from None
+    out["tree"] = tree_option(spec, k) or spec
+    return out
+
+
 def build(name: str, lm, args: dict[str, Any] | None = None) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target."""
     args = dict(args or {})
@@ -65,7 +96,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None) -> Method:
         if args:
             raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
         return Method(None, None, None)
-    merged = {**DEFAULTS.get(name, {}), **args}
+    merged = _fold_legacy_tree_keys(name, {**DEFAULTS.get(name, {}), **args})
+    args = _fold_legacy_tree_keys(name, args)
     pol_name = str(merged.pop("policy", "fixed"))
     ver_name = merged.pop("verifier", None)
     POLICIES.entry(pol_name)  # unknown names: an error listing the registered ones

@@ -465,7 +465,8 @@ def test_config_methods_override_drops_their_arguments():
     argv = expand_config(["bench", "--conf", trees, "--methods", "ar,layer_skip@topk"], trees)
     args = build_parser().parse_args(argv)
     assert args.methods == "ar,layer_skip@topk" and args.config is None
-    assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk:width=2"]
+    assert sorted(args.method_arg) == ["layer_skip@topk.tree=topk",
+                                       "layer_skip@topk.tree_width=2"]
 
 
 def test_bench_config_quantize_field():

@@ -19,6 +19,7 @@ from specjax.features import FeatureSpec
 from specjax.loop import prefill_jit, run_jit
 from specjax.policies import POLICIES
 from specjax.sampling import SamplingParams
+from specjax.tree import TreeSpec
 from specjax.verifiers import VERIFIERS, SamplingArrays
 
 
@@ -267,6 +268,13 @@ def test_typed_method_options(target):
     assert m.drafter.tree.describe() == "dynamic(width=2, depth=3, N=5)"
     m = methods.build("layer_skip", target, {"tree": "levels:2.2:iid", "skip_attn": "1-2"})
     assert (m.drafter.tree.sibling, m.drafter.skip_attn) == ("iid", (1, 2))
+    # the spellings of recorded runs (configs/trees.py) still give the same tree
+    old = methods.build("early_exit", target, {"tree": "dynamic", "tree_width": "3",
+                                               "tree_nodes": "10"})
+    new = methods.build("early_exit", target, {"tree": "dynamic:width=3,nodes=10"})
+    assert old.drafter.tree == new.drafter.tree == TreeSpec.dynamic(3, 3, 10)
+    old = methods.build("layer_skip", target, {"tree": "levels:2.2", "sibling": "iid"})
+    assert old.drafter.tree.sibling == "iid"
     m = methods.build("prompt_lookup", target, {"policy": "confidence", "threshold": "0.3"})
     assert (m.policy.name, m.policy.threshold, m.policy.max_k) == ("confidence", 0.3, 16)
     m = methods.build("draft_model", target, {"verifier": "typical", "alpha": "0.5"})
