@@ -305,6 +305,37 @@ def replay_section(d: dict) -> list[str]:
     return out + [""]
 
 
+def refactor_section(before: dict, after: dict, title: str, tokens: dict | None) -> list[str]:
+    """Two runs of the same bench command on two commits (back to back), side by side."""
+    out = [f"## {title}", "",
+           f"- before: {before['date']}, `{before['command']}` ({before.get('commit', '?')})",
+           f"- after: {after['date']}, `{after['command']}` ({after.get('commit', '?')})",
+           f"- machine: {after['machine']}", "",
+           "| batch | method | tok/s before | tok/s after | after / before | compile s before | "
+           "compile s after | same as ar (both) |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+
+    def rows(d):
+        got = {(1, r["method"]): r for r in d["rows"] if r["category"] == "ALL"}
+        for r in (d.get("by_batch_size") or {}).get("rows", []):
+            got[(r["batch_size"], r["method"])] = r
+        return got
+
+    rb, ra = rows(before), rows(after)
+    for key in sorted(ra):
+        if key not in rb:
+            continue
+        b, a = rb[key], ra[key]
+        same = fmt(bool(b.get("identical_to_ar")) and bool(a.get("identical_to_ar")))
+        out.append(f"| {key[0]} | {key[1]} | {b['tokens_per_s']:.1f} | {a['tokens_per_s']:.1f} |"
+                   f" {a['tokens_per_s'] / b['tokens_per_s']:.3f} | "
+                   f"{fmt(b.get('compile_s'), '.1f')} | {fmt(a.get('compile_s'), '.1f')} | "
+                   f"{same} |")
+    if tokens:
+        out += ["", f"Outputs of the two commits compared token for token: {tokens['summary']}"]
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -334,6 +365,13 @@ def main():
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None
             lines += bench_section(json.loads(f.read_text()), title, png)
+    before, after = RES / "bench_issue20_before.json", RES / "bench_issue20_after.json"
+    if before.exists() and after.exists():
+        tok = RES / "issue20_outputs.json"
+        lines += refactor_section(json.loads(before.read_text()), json.loads(after.read_text()),
+                                  "Extension-point refactor (issue 20): plain decoding and "
+                                  "prompt lookup before and after, built-in prompts",
+                                  json.loads(tok.read_text()) if tok.exists() else None)
     for f in sorted(RES.glob("replay_prompt_lookup*.json")):
         lines += replay_section(json.loads(f.read_text()))
     for f in sorted(RES.glob("verify_curve*.json")):

@@ -230,9 +230,10 @@ def test_policies_import_neither_drafters_nor_the_loop():
 
 
 def test_the_library_never_imports_the_training_package():
-    """``specjax.train`` may import the library, never the reverse."""
+    """``specjax.train`` may import the library, never the reverse. The one exception is the
+    command line (``specjax.cli``), the top layer that dispatches ``specjax train ...``."""
     g = import_graph()
-    lib = [m for m in g if not m.startswith("specjax.train")]
+    lib = [m for m in g if not m.startswith("specjax.train") and m != "specjax.cli"]
     bad = {m: sorted(d for d in g[m] if d.startswith("specjax.train")) for m in lib}
     assert not {m: d for m, d in bad.items() if d}
 

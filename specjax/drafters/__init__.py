@@ -1,6 +1,6 @@
 """Drafters behind one protocol, registered by name in :data:`DRAFTERS` (see :func:`make`)."""
 
-from specjax.drafters import draft_model, prompt_lookup, self_spec  # noqa: F401  (registers)
+from specjax.drafters import draft_model, eagle, medusa, prompt_lookup, self_spec  # noqa: F401
 from specjax.drafters.base import (
     DRAFTERS,
     Drafter,

@@ -93,7 +93,8 @@ def draft_tree_or_nothing(draft_fn: Callable, cache: KVCache, spec: TreeSpec, km
 
 
 def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: StepContext,
-               greedy: bool, kmax, k_rows, vocab: int, stop: Callable | None = None):
+               greedy: bool, kmax, k_rows, vocab: int, stop: Callable | None = None,
+               root_hidden: jax.Array | None = None):
     """Drafts a tree level by level through a draft network (pure, inside the loop).
 
     ``run(tokens[B, T], positions[B, T], cache, offset, mask[B, T, W]) -> (logits[B, T, V],
@@ -102,6 +103,10 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
     scratch slots ``mask`` allows (its ancestors and itself). ``root_logits[B, V]`` are the
     draft network's logits at the pending token. Depths beyond ``kmax`` (traced) are not fed;
     nodes deeper than ``k_rows[b]`` are invalid.
+
+    ``root_hidden[B, H]`` (feature drafters such as EAGLE): each fed node also gets its
+    parent's output hidden state, ``run(tokens, positions, cache, offset, mask, feats[B, T, H])
+    -> (logits, cache, hidden[B, T, H])``; the root's is ``root_hidden``.
 
     ``stop(DraftStep) -> bool[B]`` (a policy's mid-draft hook, or None) sees each depth's best
     candidate (highest cumulative log-probability) with the distribution of its parent; a row
@@ -130,6 +135,7 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
     f_score = jnp.zeros((B, 1), jnp.float32)
     f_anc = jnp.zeros((B, 1, n_slots), bool).at[:, :, 0].set(True)
     f_id = jnp.full((B, 1), -1, jnp.int32)
+    f_hid = None if root_hidden is None else root_hidden[:, None]  # [B, F, H]
     rows = jnp.arange(B)[:, None]
     cands = []  # per depth: that depth's candidates
     next_id = 0
@@ -192,11 +198,24 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
                 jnp.arange(n_slots)[None, None, :] == slots[None, :, None])
             pos = jnp.broadcast_to((n + d)[:, None], (B, T))
 
-            def feed(c, f_tok=f_tok, pos=pos, f_anc=f_anc, off=lv["slot0"]):
-                logits, c = run(f_tok, pos, c, off, f_anc)
-                return logp(logits), c
+            if f_hid is None:
+                def feed(c, f_tok=f_tok, pos=pos, f_anc=f_anc, off=lv["slot0"]):
+                    logits, c = run(f_tok, pos, c, off, f_anc)
+                    return logp(logits), c
 
-            f_lp, cache = run_if(d < kmax, feed, jnp.zeros((B, T, vocab), jnp.float32), cache)
+                f_lp, cache = run_if(d < kmax, feed, jnp.zeros((B, T, vocab), jnp.float32),
+                                     cache)
+            else:  # each fed node reads its parent's output hidden state
+                par_sel = jnp.take_along_axis(parent_pos, sel, axis=1)
+                feats = jnp.take_along_axis(f_hid, par_sel[..., None], axis=1)
+
+                def feed(c, f_tok=f_tok, pos=pos, f_anc=f_anc, off=lv["slot0"], feats=feats):
+                    logits, c, hid = run(f_tok, pos, c, off, f_anc, feats)
+                    return (logp(logits), hid), c
+
+                (f_lp, f_hid), cache = run_if(
+                    d < kmax, feed, (jnp.zeros((B, T, vocab), jnp.float32),
+                                     jnp.zeros((B, T, f_hid.shape[-1]), jnp.float32)), cache)
         cands.append(dict(tok=tok, par=par, score=jnp.where(depth_ok, score, -jnp.inf),
                           ids=ids, slot=slot, chosen=chosen, q=q_lv,
                           depth=jnp.full(tok.shape, d, jnp.int32)))

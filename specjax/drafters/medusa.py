@@ -1,0 +1,126 @@
+"""Medusa drafter (card C19): ``K`` heads on the target's last hidden state draft the tokens
+after the pending one, a chain or a static tree (level ``d``'s children are the top-ranked
+tokens of head ``d``), with no draft forward beyond the heads themselves.
+
+The heads read the target's normed last hidden state of the newest committed position (the
+pending token's predecessor), which the verify forward computes (declared feature
+``final_hidden``) and ``update`` keeps; the prefill provides the prompt's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.cache import KVCache
+from specjax.drafters._chain import pick_token
+from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.heads.eagle import to_target_logits
+from specjax.heads.medusa import MedusaHeadConfig, MedusaHeads
+from specjax.policies.base import DraftStep
+from specjax.tree import DraftTree, TreeSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaDrafter:
+    head_cfg: MedusaHeadConfig
+    graphdef: Any
+    max_k: int
+    tree: TreeSpec | None = None
+    description: str = ""
+    name: str = "medusa"
+    deterministic: bool = False
+    features: FeatureSpec = FeatureSpec(final_hidden=True)
+    _params: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    def params(self):
+        return self._params
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        return jnp.take_along_axis(features.final_hidden, (prompt_lens - 1)[:, None, None],
+                                   axis=1)[:, 0]
+
+    def _logits(self, params, h):
+        heads = nnx.merge(self.graphdef, params["heads"])
+        return to_target_logits(heads(h), params["draft_ids"], self.head_cfg.vocab_size)
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        logits = self._logits(params, state)  # [B, K, V]: head d drafts depth d + 1
+        k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
+        B, V = logits.shape[0], logits.shape[-1]
+        if self.tree is None:
+            tokens, qs = [], []
+            for i in range(self.max_k):
+                tok, probs = pick_token(logits[:, i], ctx.keys, i, greedy, ctx.temperature,
+                                        ctx.top_k, ctx.top_p, need_probs=stop is not None)
+                if stop is not None:
+                    cut = stop(DraftStep(index=jnp.int32(i), token=tok, probs=probs))
+                    k = jnp.where(cut & (i < k), i, k)
+                tokens.append(tok)
+                qs.append(probs)
+            q = None if greedy else jnp.stack(qs, axis=1)
+            return DraftTree.chain(jnp.stack(tokens, axis=1), k, q), state, ctx.target_cache
+
+        def run(tokens, positions, c, offset, mask):  # level d + 1: head d + 1, every node
+            d = jnp.clip(positions[:, 0] - ctx.seq_len + 1, 1, self.max_k - 1)
+            lg = jnp.take_along_axis(logits, d[:, None, None], axis=1)  # [B, 1, V]
+            return jnp.broadcast_to(lg, (B, tokens.shape[1], V)), c
+
+        dummy = KVCache(k=(), v=(), lengths=ctx.seq_len - 1)
+        kmax = jnp.max(k)
+        draft, _ = draft_tree_or_nothing(
+            lambda c: tree_draft(run, logits[:, 0], c, self.tree, ctx, greedy, kmax, k, V,
+                                 stop), dummy, self.tree, kmax, greedy, V)
+        return draft, state, ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        last = jnp.take_along_axis(features.final_hidden, n_acc[:, None, None], axis=1)[:, 0]
+        return jnp.where(ctx.live[:, None], last, state)
+
+
+@dataclasses.dataclass(frozen=True)
+class MedusaConfig:
+    """Options of ``medusa``."""
+
+    k: int = dataclasses.field(default=3, metadata={"help": "heads used = draft depth"})
+    head: str | None = dataclasses.field(default=None, metadata={
+        "help": "trained heads (directory written by `specjax train medusa`); default: "
+                "untrained heads (identity residual, the target's LM head: for tests)"})
+    draft_vocab: int | None = None
+    tree: TreeSpec | None = tree_field(3)
+
+    def __post_init__(self):
+        check_k(self.k)
+
+
+@DRAFTERS.register("medusa", config=MedusaConfig,
+                   doc="Medusa-1 heads on the target's last hidden state (chain or static tree)")
+def make_medusa(cfg: MedusaConfig, target_lm) -> MedusaDrafter:
+    target = getattr(target_lm, "model", target_lm)
+    spec = tree_option(cfg.tree, cfg.k)
+    if spec is not None and spec.kind != "fixed":
+        raise DrafterError(f"medusa drafts static trees (fixed:<choices> or levels:<widths>); "
+                           f"got {spec.describe()}: its heads do not see the drafted tokens")
+    depth = spec.depth if spec else cfg.k
+    if cfg.head is not None:
+        raise DrafterError("loading trained Medusa heads is not available yet (train with "
+                           "`specjax train medusa` once it exists); omit head= for untrained "
+                           "heads")
+    V = target.cfg.vocab_size
+    dv = cfg.draft_vocab or V
+    ids = jnp.arange(dv, dtype=jnp.int32)
+    hcfg = MedusaHeadConfig(num_heads=depth, hidden_size=target.cfg.hidden_size,
+                            vocab_size=V, draft_vocab=dv, target_layers=target.cfg.num_layers)
+    rows = target.embed[...] if target.lm_head is None else target.lm_head[...]
+    heads = MedusaHeads(hcfg, jnp.asarray(rows)[ids], rngs=nnx.Rngs(0))
+    graphdef, state = nnx.split(heads)
+    return MedusaDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
+                         description="untrained Medusa heads",
+                         _params={"heads": state, "draft_ids": ids})
+

@@ -1,0 +1,45 @@
+"""The Medusa drafter with untrained heads on a tiny random target: greedy identity (chain and
+static tree, batch 1 and 3), lossless sampling, and bad options."""
+
+import pytest
+from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
+    three_token_law
+
+from specjax import drafters
+from specjax.engine import generate
+from specjax.errors import DrafterError
+from specjax.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.mark.parametrize("tree", [None, "fixed:0,1,0.0,1.0,0.0.0"], ids=["chain", "tree"])
+def test_medusa_is_greedy_identical(target, tree):
+    ps = mixed_prompts(3, seed=17)
+    ref = [generate(target, [p], max_new_tokens=9).tokens[0] for p in ps]
+    d = drafters.make("medusa", target, k=3, tree=tree)
+    assert generate(target, ps[:1], max_new_tokens=9, drafter=d).tokens == ref[:1]
+    r = generate(target, ps, max_new_tokens=9, drafter=d, batch_size=3)
+    assert r.tokens == ref and sum(r.extra["drafted"]) > 0
+
+
+def test_medusa_sampling_matches_the_target_distribution():
+    target, _ = sharp_tiny_pair()
+    want = three_token_law(target, [1, 2, 3])
+    n = 8000
+    d = drafters.make("medusa", target, k=2)
+    res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
+                   sampling=SamplingParams(temperature=1.0, seed=7))
+    at = res.extra["accepted_at"]
+    assert sum(a[0] for a in at) > 0.05 * n
+    chi_square_check([t[:3] for t in res.tokens], want)
+
+
+def test_medusa_bad_options(target):
+    with pytest.raises(DrafterError, match="medusa drafts static trees"):
+        drafters.make("medusa", target, tree="dynamic")
+    with pytest.raises(DrafterError, match="loading trained Medusa heads is not available"):
+        drafters.make("medusa", target, head="x")

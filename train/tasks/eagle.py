@@ -1,0 +1,258 @@
+"""Training EAGLE-3 and EAGLE-1 heads (cards C21, C23; the EAGLE-3 recipe of the issue).
+
+Per batch the frozen target runs once over the whole sequences (its features are recomputed
+in the step rather than stored: see docs/training.md) and gives, at every position ``t``, the
+fused feature ``g_t`` and its distribution over the token ``x_{t+2}`` (its logits at
+``t + 1``). The head then runs ``ttt_steps`` unrolled steps ("training-time test"): step 0
+reads the pairs ``(g_t, x_{t+1})``; step ``i`` reads ``(h^{(i-1)}_{t-1}, x_{t+1})``, its own
+previous output shifted by one position with the teacher-forced token, and attends to the
+step-0 keys up to ``t - i`` plus its own earlier steps' keys on the diagonal ``t - i + j``,
+exactly what drafting ``i`` tokens past a committed prefix sees. Every step predicts
+``x_{t+2}``.
+
+Loss (EAGLE-3): soft cross-entropy against the target's distribution restricted to the draft
+vocabulary, masked where the target's argmax lies outside it, step ``i`` weighted
+``step_weight ** i``, over answer positions. EAGLE-1 adds a smooth-L1 regression of the head's
+output onto the next position's feature (``feature_weight``; the token term weighted
+``token_weight``), as in its paper.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from specjax.errors import ConfigError
+from specjax.heads.eagle import EagleHeadConfig, init_head
+from specjax.heads.io import save_eagle_head
+from specjax.train.task import TASKS
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleTaskConfig:
+    """Options of the ``eagle3`` / ``eagle1`` training tasks."""
+
+    ttt_steps: int = dataclasses.field(default=3, metadata={
+        "help": "unrolled training-time-test steps (the paper: 7)"})
+    step_weight: float = dataclasses.field(default=0.8, metadata={
+        "help": "loss weight of step i is step_weight ** i"})
+    draft_vocab: int = dataclasses.field(default=16384, metadata={
+        "help": "draft vocabulary size (the most frequent answer tokens of the corpus)"})
+    corpus: str | None = dataclasses.field(default=None, metadata={
+        "help": "corpus whose answer-token counts choose the draft vocabulary (default: the "
+                "trainer's data)"})
+    token_weight: float = 1.0
+    feature_weight: float = dataclasses.field(default=0.0, metadata={
+        "help": "EAGLE-1's smooth-L1 feature regression weight (eagle1 default 1.0, token 0.1)"})
+    seed_head: int = 0
+
+    def __post_init__(self):
+        if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
+            raise ConfigError(f"ttt_steps (unrolled steps) must be an integer >= 1, got "
+                              f"{self.ttt_steps!r}")
+        if not 0.0 < self.step_weight <= 1.0:
+            raise ConfigError(f"step_weight must be in (0, 1], got {self.step_weight!r}")
+        if not isinstance(self.draft_vocab, int) or self.draft_vocab < 1:
+            raise ConfigError(f"draft_vocab must be an integer >= 1, got {self.draft_vocab!r}")
+
+
+def draft_vocab_from_counts(counts: np.ndarray, size: int) -> tuple[np.ndarray, float]:
+    """The ``size`` most frequent token ids (ties: lower id first) and their coverage (share of
+    all counted tokens they account for)."""
+    size = min(size, len(counts))
+    order = np.lexsort((np.arange(len(counts)), -counts))[:size]
+    total = counts.sum()
+    return np.sort(order).astype(np.int32), float(counts[order].sum() / total) if total else 0.0
+
+
+def answer_token_counts(corpus_dir: str | Path, vocab_size: int) -> np.ndarray:
+    """Counts of every token id over the answer tokens (``loss_mask == 1``) of a corpus."""
+    from specjax.train.batches import Corpus
+
+    corpus = Corpus.open(corpus_dir)
+    counts = np.zeros(vocab_size, np.int64)
+    for rec in corpus.iter_records():
+        toks = np.asarray(rec["tokens"], np.int64)
+        mask = np.asarray(rec["loss_mask"], bool)
+        np.add.at(counts, toks[mask], 1)
+    return counts
+
+
+def ttt_attention(q, keys, values, i: int):
+    """Attention of step ``i``'s queries ``[B, T, H, Dh]`` over step 0's keys at positions
+    ``<= t - i`` and step ``j``'s keys at ``t - i + j`` (``j = 1..i``). Returns
+    ``[B, T, H * Dh]``; a query with nothing to see (``t < i``) gets zeros."""
+    B, T, H, Dh = q.shape
+    kvh = keys[0].shape[2]
+    g = H // kvh
+    qg = q.reshape(B, T, kvh, g, Dh)
+    scale = 1.0 / math.sqrt(Dh)
+    t = jnp.arange(T)
+    s0 = jnp.einsum("btkgd,bskd->bkgts", qg, keys[0]) * scale
+    s0 = jnp.where((t[None, :] <= t[:, None] - i)[None, None, None], s0, -jnp.inf)
+    diag, vals = [], []
+    for j in range(1, i + 1):
+        shift = i - j  # key of position t - shift
+        kj = jnp.pad(keys[j], ((0, 0), (shift, 0), (0, 0), (0, 0)))[:, :T]
+        vj = jnp.pad(values[j], ((0, 0), (shift, 0), (0, 0), (0, 0)))[:, :T]
+        sj = jnp.einsum("btkgd,btkd->bkgt", qg, kj) * scale
+        diag.append(jnp.where((t >= i)[None, None, None], sj, -jnp.inf))
+        vals.append(vj)
+    m = jnp.max(s0, axis=-1)
+    for sj in diag:
+        m = jnp.maximum(m, sj)
+    m = jnp.where(jnp.isneginf(m), 0.0, m)
+    p0 = jnp.exp(s0 - m[..., None])
+    den = jnp.sum(p0, axis=-1)
+    out = jnp.einsum("bkgts,bskd->btkgd", p0, values[0])
+    for sj, vj in zip(diag, vals):
+        pj = jnp.exp(sj - m)
+        den = den + pj
+        out = out + jnp.einsum("bkgt,btkd->btkgd", pj, vj)
+    den = jnp.where(den == 0.0, 1.0, den)
+    out = out / jnp.transpose(den, (0, 3, 1, 2))[..., None]
+    return out.reshape(B, T, H * Dh)
+
+
+def ttt_forward(head, emb_next, g0, steps: int):
+    """The head unrolled ``steps`` times over whole sequences. ``emb_next[b, t]`` is the
+    embedding of ``x_{t+1}``; ``g0`` the fused target features. Returns per step
+    ``(logits[B, T, draft_vocab], hidden[B, T, h])``."""
+    B, T, h = g0.shape
+    pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
+    feats, keys, values, outs = g0, [], [], []
+    for i in range(steps):
+        q, k, v, resid = head.qkv(emb_next, feats, pos)
+        keys.append(k)
+        values.append(v)
+        logits, hid = head.finish(ttt_attention(q, keys, values, i), resid)
+        outs.append((logits, hid))
+        feats = jnp.concatenate([jnp.zeros((B, 1, h), hid.dtype), hid[:, :-1]], axis=1)
+    return outs
+
+
+@dataclasses.dataclass(frozen=True)
+class EagleTask:
+    """The ``eagle3`` / ``eagle1`` training task (see the module docstring)."""
+
+    name: str
+    head_cfg: EagleHeadConfig
+    cfg: EagleTaskConfig
+    target_graphdef: object
+    head_graphdef: object
+    _target_params: object = dataclasses.field(compare=False, hash=False, repr=False)
+    _draft_ids: object = dataclasses.field(compare=False, hash=False, repr=False)
+    _init_state: object = dataclasses.field(compare=False, hash=False, repr=False)
+    _tokenizer: object = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    def init_params(self, rng):
+        return {"head": self._init_state}
+
+    def frozen(self):
+        return {"target": self._target_params,
+                "draft_ids": jnp.asarray(self._draft_ids, jnp.int32)}
+
+    def _target_pass(self, frozen, tokens):
+        """Fused-feature inputs and, per position, the target's distribution over the next
+        token restricted to the draft vocabulary and whether its argmax lies inside it."""
+        target = nnx.merge(self.target_graphdef, frozen["target"])
+        B, T = tokens.shape
+        pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
+        layers = self.head_cfg.feature_layers
+        o = target(tokens, pos, target.init_cache(B, T), prefix_empty=True,
+                   hidden_layers=layers, compute_logits=False)
+        raw = jnp.concatenate(o.hidden, -1) if self.head_cfg.variant == "eagle3" \
+            else o.final_hidden
+        w = target.embed[...] if target.lm_head is None else target.lm_head[...]
+        ids = frozen["draft_ids"]
+
+        def per_row(hrow):  # [T, h]: full logits one row at a time (memory)
+            full = hrow @ w.astype(jnp.float32).T
+            sub = full[:, ids]
+            return sub, jnp.max(full, -1) <= jnp.max(sub, -1)
+
+        sub, inside = jax.lax.map(per_row, o.final_hidden.astype(jnp.float32))
+        return jax.lax.stop_gradient(raw), jax.lax.stop_gradient(sub), inside, \
+            jax.lax.stop_gradient(o.final_hidden), target
+
+    def loss(self, params, frozen, batch, rng):
+        head = nnx.merge(self.head_graphdef, params["head"])
+        tokens = batch["tokens"]
+        mask = batch["loss_mask"].astype(bool)
+        B, T = tokens.shape
+        raw, t_logits, inside, final_h, target = self._target_pass(frozen, tokens)
+        g0 = head.fuse(raw)
+        nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros((B, 1), tokens.dtype)], axis=1)
+        emb_next = jnp.take(target.embed[...], nxt, axis=0).astype(jnp.float32)
+        # position t predicts x_{t+2}: the target's logits at t + 1
+        p_t = jax.nn.softmax(jnp.concatenate(
+            [t_logits[:, 1:], jnp.zeros_like(t_logits[:, :1])], axis=1), axis=-1)
+        in_t = jnp.concatenate([inside[:, 1:], jnp.zeros((B, 1), bool)], axis=1)
+        want_t = jnp.concatenate([mask[:, 2:], jnp.zeros((B, 2), bool)], axis=1) & in_t
+        t_idx = jnp.arange(T)[None]
+        outs = ttt_forward(head, emb_next, g0, self.cfg.ttt_steps)
+        total = jnp.float32(0.0)
+        metrics = {}
+        argmax_t = jnp.argmax(p_t, axis=-1)
+        for i, (logits, hid) in enumerate(outs):
+            valid = want_t & (t_idx >= i)
+            n = jnp.maximum(jnp.sum(valid), 1)
+            ce = -jnp.sum(p_t * jax.nn.log_softmax(logits, axis=-1), axis=-1)
+            step_loss = jnp.sum(jnp.where(valid, ce, 0.0)) / n
+            if self.cfg.feature_weight > 0:  # EAGLE-1: regress the next position's feature
+                f_next = jnp.concatenate([final_h[:, 1:], jnp.zeros_like(final_h[:, :1])], 1)
+                l1 = jnp.sum(optax_smooth_l1(hid - f_next), axis=-1)
+                step_loss = self.cfg.token_weight * step_loss + self.cfg.feature_weight * (
+                    jnp.sum(jnp.where(valid, l1, 0.0)) / n)
+            total = total + self.cfg.step_weight ** i * step_loss
+            hit = jnp.argmax(logits, axis=-1) == argmax_t
+            metrics[f"acc_{i}"] = jnp.sum(valid & hit) / n
+            metrics[f"loss_{i}"] = step_loss
+        metrics["loss"] = total
+        return total, metrics
+
+    def save_head(self, params, path, meta):
+        return save_eagle_head(path, self.head_cfg, params["head"], self._draft_ids,
+                               tokenizer=self._tokenizer, meta=meta)
+
+
+def optax_smooth_l1(x, beta: float = 1.0):
+    """Smooth-L1 (Huber with ``beta``) elementwise, as EAGLE-1's feature loss."""
+    a = jnp.abs(x)
+    return jnp.where(a < beta, 0.5 * x * x / beta, a - 0.5 * beta)
+
+
+def _build(variant: str):
+    def build(cfg: EagleTaskConfig, lm) -> EagleTask:
+        target = getattr(lm, "model", lm)
+        V = target.cfg.vocab_size
+        corpus = cfg.corpus
+        if corpus is not None:
+            ids, coverage = draft_vocab_from_counts(answer_token_counts(corpus, V),
+                                                    cfg.draft_vocab)
+        else:
+            ids = np.arange(min(cfg.draft_vocab, V), dtype=np.int32)
+        head_cfg = EagleHeadConfig.for_target(target.cfg, variant, draft_vocab=len(ids))
+        graphdef, state, draft_ids = init_head(head_cfg, target, ids, seed=cfg.seed_head)
+        tgraph, tparams = nnx.split(target)
+        if variant == "eagle1" and cfg.feature_weight == 0.0:
+            cfg = dataclasses.replace(cfg, feature_weight=1.0, token_weight=0.1)
+        return EagleTask(name=variant, head_cfg=head_cfg, cfg=cfg, target_graphdef=tgraph,
+                         head_graphdef=graphdef, _target_params=tparams, _draft_ids=draft_ids,
+                         _init_state=state, _tokenizer=getattr(lm, "tokenizer", None))
+
+    return build
+
+
+TASKS.register("eagle3", config=EagleTaskConfig,
+               doc="EAGLE-3 head: fused low/mid/high target features, reduced draft "
+                   "vocabulary, training-time test")(_build("eagle3"))
+TASKS.register("eagle1", config=EagleTaskConfig,
+               doc="EAGLE-1 head: last-layer feature + token embedding, feature regression + "
+                   "token loss")(_build("eagle1"))
