@@ -333,6 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "a step that drafts nothing, instead of a lone forward; give the ks of "
                    "the engine's verify buckets, e.g. --curve-ks 1,2,4,8,16,17 for k = 16")
     b.set_defaults(fn=cmd_bench)
+    tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
+                        "FILE.py), or build its corpus (specjax train data ...)",
+                        description="specjax train TASK --config FILE.py [--out-dir DIR] "
+                        "[--data DIR] [--max-steps-this-run N] [--no-plot] [--quiet]: trains "
+                        "the registered task TASK (specjax.train.TASKS) as the config file "
+                        "(get_config() -> TrainConfig) says, resuming from the newest "
+                        "checkpoint in its out_dir; the flags override the config's fields. "
+                        "specjax train data ...: builds a training corpus (see specjax train "
+                        "data --help).")
+    tr.add_argument("task", metavar="TASK", help="a registered training task, or 'data'")
+    tr.add_argument("train_argv", nargs=argparse.REMAINDER, metavar="...",
+                    help="the task's flags (specjax train TASK --help)")
+    tr.set_defaults(fn=cmd_train)
     return p
 
 
@@ -341,6 +354,61 @@ def cmd_bench(args) -> int:
     from specjax.bench import BenchConfig, run
 
     return run(BenchConfig.from_args(args), args.argv)
+
+
+def _train_flags(prog: str) -> argparse.ArgumentParser:
+    """The flags of ``specjax train TASK`` (parsed after TASK is known)."""
+    tp = argparse.ArgumentParser(prog=prog, description="Trains a drafter head as the config "
+                                 "file says; rerunning the same command resumes from the "
+                                 "newest checkpoint in the run's out_dir.")
+    tp.add_argument("--config", required=True, metavar="FILE.py",
+                    help="training config: a Python file whose get_config() returns a "
+                    "specjax.train.TrainConfig")
+    tp.add_argument("--out-dir", metavar="DIR",
+                    help="run directory (overrides the config's out_dir)")
+    tp.add_argument("--data", metavar="DIR",
+                    help="corpus directory (overrides the config's data)")
+    tp.add_argument("--max-steps-this-run", type=int, default=None, metavar="N",
+                    help="stop (with a checkpoint) after N steps in this process")
+    tp.add_argument("--no-plot", action="store_true", help="do not write curves.png")
+    tp.add_argument("--quiet", action="store_true", help="no progress bar")
+    return tp
+
+
+def cmd_train(args) -> int:
+    """``specjax train TASK --config FILE.py ...`` -> :func:`specjax.train.fit`;
+    ``specjax train data ...`` -> :mod:`specjax.train.corpus`."""
+    if args.task == "data":
+        try:
+            from specjax.train import corpus
+        except ModuleNotFoundError as e:
+            if e.name not in ("specjax.train.corpus", "specjax.train"):
+                raise
+            raise CLIError("`specjax train data` needs specjax.train.corpus, which this "
+                           "installation lacks") from None
+        dp = argparse.ArgumentParser(prog="specjax train data",
+                                     description=(corpus.__doc__ or "").split("\n\n")[0])
+        corpus.add_arguments(dp)
+        rc = corpus.main(dp.parse_args(args.train_argv))
+        return 0 if rc is None else int(rc)
+
+    from specjax.train import TASKS, fit, load_train_config, replace_from_flags
+
+    names = TASKS.names()
+    if args.task not in names:
+        raise CLIError(f"unknown training task {args.task!r}; registered tasks: "
+                       f"{', '.join(names) if names else '(none)'} (or 'data': build a "
+                       "training corpus)")
+    opts = _train_flags(f"specjax train {args.task}").parse_args(args.train_argv)
+    cfg = load_train_config(opts.config)
+    if cfg.task != args.task:
+        raise CLIError(f"{opts.config}: a config for task {cfg.task!r}, not {args.task!r}")
+    cfg = replace_from_flags(cfg, out_dir=opts.out_dir, data=opts.data,
+                             max_steps_this_run=opts.max_steps_this_run,
+                             plot=False if opts.no_plot else None)
+    summary = fit(cfg, progress=not opts.quiet)
+    print(json.dumps(summary, indent=2, default=str))
+    return 0
 
 
 def expand_config(argv: list[str], path: str) -> list[str]:

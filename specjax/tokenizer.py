@@ -10,7 +10,10 @@ import jinja2
 import jinja2.sandbox
 from tokenizers import AddedToken, Regex, Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
-from specjax.errors import TokenizerError  # noqa: F401  (re-exported)
+import hashlib
+import json
+
+from specjax.errors import DataError, TokenizerError  # noqa: F401  (re-exported)
 
 # GGUF token types (llama.cpp's llama_token_type)
 _NORMAL, _UNKNOWN, _CONTROL, _USER_DEFINED, _UNUSED, _BYTE = 1, 2, 3, 4, 5, 6
@@ -230,3 +233,44 @@ def tokenizer_from_hf_dir(path, config: dict, source: str) -> Tokenizer:
         bos_token=bos_token,
         eos_token=eos_token,
     )
+
+
+def tokenizer_sha256(tokenizer) -> str:
+    """Hex SHA-256 of what decides the token ids of a text: the vocabulary (tokens by id,
+    added/special tokens included), the BPE merges, the normalizer and the pre-tokenizer.
+
+    This is the one definition: the corpus builder writes it into a corpus manifest (and
+    :meth:`specjax.train.batches.Corpus.open` refuses a model whose tokenizer hashes
+    differently), and head files record it (a head trained with another tokenizer is
+    refused). Two tokenizers with the same hash encode every
+    text to the same ids. The hash is of canonical JSON (sorted keys), not of the
+    ``tokenizers`` library's serialization, so it survives a change of its formatting.
+
+    Args:
+      tokenizer: a :class:`specjax.tokenizer.Tokenizer` or a ``tokenizers.Tokenizer``.
+
+    Raises:
+      DataError: ``tokenizer`` is neither.
+    """
+    backend = getattr(tokenizer, "backend", tokenizer)
+    try:
+        full = json.loads(backend.to_str())
+        vocab = backend.get_vocab(with_added_tokens=True)
+    except AttributeError:
+        raise DataError(f"tokenizer_sha256: {type(tokenizer).__name__} is not a tokenizer "
+                        "(expected specjax.tokenizer.Tokenizer or tokenizers.Tokenizer)"
+                        ) from None
+    model = full.get("model") or {}
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
+    added = sorted((int(t["id"]), t["content"], bool(t.get("special")))
+                   for t in full.get("added_tokens") or [])
+    canon = {
+        "vocab": [tok for tok, _ in sorted(vocab.items(), key=lambda kv: kv[1])],
+        "merges": merges,
+        "model_type": model.get("type"),
+        "added_tokens": added,
+        "normalizer": full.get("normalizer"),
+        "pre_tokenizer": full.get("pre_tokenizer"),
+    }
+    blob = json.dumps(canon, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()

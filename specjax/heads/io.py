@@ -14,7 +14,6 @@ shape.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -23,17 +22,9 @@ from flax import nnx
 
 from specjax.errors import CheckpointError
 from specjax.heads.eagle import EagleHead, EagleHeadConfig
+from specjax.tokenizer import tokenizer_sha256
 
 FORMAT = "specjax-eagle-1"
-
-
-def tokenizer_sha256(tokenizer) -> str | None:
-    """SHA-256 of a tokenizer's serialized vocabulary and merges (None when unknown)."""
-    inner = getattr(tokenizer, "_tok", None) or getattr(tokenizer, "tokenizer", None)
-    to_str = getattr(inner, "to_str", None)
-    if to_str is None:
-        return None
-    return hashlib.sha256(to_str().encode("utf-8")).hexdigest()
 
 
 def _flat(state) -> dict[str, np.ndarray]:
