@@ -27,8 +27,11 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/specjax demo
 
+# two test processes (the suite is compile-bound; one file per process keeps module fixtures)
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_decode.py

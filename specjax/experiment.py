@@ -23,11 +23,22 @@ from specjax.config import ConfigError
 
 
 def load_config(path: str | Path):
-    """Runs a config file and returns what its ``get_config()`` returns.
+    """Runs a config file and returns what its ``get_config()`` returns (a BenchConfig).
 
     Raises:
       ConfigError: naming the file, when it is missing, fails to run, has no
         ``get_config`` or returns something that is not a config dataclass.
+    """
+    return run_config_file(path, BenchConfig)
+
+
+def run_config_file(path: str | Path, expected: type):
+    """Runs a Python config file and returns its ``get_config()``, which must be an
+    ``expected`` instance (a :class:`BenchConfig`, a ``specjax.train.TrainConfig``, ...).
+
+    Raises:
+      ConfigError: naming the file, when it is missing, not a ``.py`` file, fails to run, has
+        no ``get_config`` or returns something else.
     """
     p = Path(path)
     if not p.is_file():
@@ -48,7 +59,7 @@ def load_config(path: str | Path):
     except Exception as e:  # noqa: BLE001 - a config is user code: report, don't crash
         raise ConfigError(f"{path}: running the config failed: {type(e).__name__}: {e}"
                           ) from e
-    if not isinstance(cfg, BenchConfig):
-        raise ConfigError(f"{path}: get_config() must return a BenchConfig, got "
+    if not isinstance(cfg, expected):
+        raise ConfigError(f"{path}: get_config() must return a {expected.__name__}, got "
                           f"{type(cfg).__name__}")
     return cfg

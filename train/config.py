@@ -22,7 +22,6 @@ count steps.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -214,27 +213,6 @@ def load_train_config(path: str | Path) -> TrainConfig:
       ConfigError: naming the file, when it is missing, is not a ``.py`` file, fails to run,
         has no ``get_config`` or returns something that is not a :class:`TrainConfig`.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    if p.suffix != ".py":
-        raise ConfigError(f"{path}: a training config is a Python file (.py) defining "
-                          "get_config()")
-    spec = importlib.util.spec_from_file_location(f"specjax_train_config_{p.stem}", p)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-        fn = getattr(module, "get_config", None)
-        if fn is None:
-            raise ConfigError(f"{path}: defines no get_config()")
-        cfg = fn()
-    except ConfigError as e:
-        raise ConfigError(str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
-                          ) from None
-    except Exception as e:  # noqa: BLE001 - a config is user code: report, don't crash
-        raise ConfigError(f"{path}: running the config failed: {type(e).__name__}: {e}"
-                          ) from e
-    if not isinstance(cfg, TrainConfig):
-        raise ConfigError(f"{path}: get_config() must return a TrainConfig, got "
-                          f"{type(cfg).__name__}")
-    return cfg
+    from specjax.experiment import run_config_file
+
+    return run_config_file(path, TrainConfig)

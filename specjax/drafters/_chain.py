@@ -28,6 +28,19 @@ def pick_token(logits, key_data, step, greedy: bool, temperature, top_k, top_p,
     return tok, jnp.exp(lp)
 
 
+def pick_with_stop(logits, i, k_rows, ctx: StepContext, greedy: bool,
+                   stop: Callable | None):
+    """Draft token ``i`` of every row from ``logits[B, V]`` and the policy's mid-draft stop:
+    returns ``(token[B], q[B, V] | None, k_rows)``, ``q`` the distribution the token was drawn
+    from when sampling, ``k_rows`` lowered to ``i`` where ``stop`` cuts the draft."""
+    tok, probs = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
+                            ctx.top_p, need_probs=stop is not None)
+    if stop is not None:
+        cut = stop(DraftStep(index=jnp.asarray(i, jnp.int32), token=tok, probs=probs))
+        k_rows = jnp.where(cut & (i < k_rows), i, k_rows)
+    return tok, (None if greedy else probs), k_rows
+
+
 def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: int, k_rows,
                 ctx: StepContext, greedy: bool, vocab: int, skip_if_zero: bool = False,
                 stop: Callable | None = None):
@@ -55,12 +68,7 @@ def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: i
     k_rows = k_rows.astype(jnp.int32)
 
     def pick(logits, i, k_rows):
-        tok, probs = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
-                                ctx.top_p, need_probs=stop is not None)
-        if stop is not None:
-            cut = stop(DraftStep(index=jnp.asarray(i, jnp.int32), token=tok, probs=probs))
-            k_rows = jnp.where(cut & (i < k_rows), i, k_rows)
-        return tok, (None if greedy else probs), k_rows
+        return pick_with_stop(logits, i, k_rows, ctx, greedy, stop)
 
     if skip_if_zero:
         if first_tokens.shape[1] != 1:

@@ -26,13 +26,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import pick_token
+from specjax.drafters._chain import pick_with_stop
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec, Features
 from specjax.heads.eagle import EagleHeadConfig, init_head, to_target_logits
-from specjax.policies.base import DraftStep
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -155,12 +154,7 @@ class EagleDrafter:
         q = None if greedy else jnp.zeros((B, K, V), jnp.float32)
 
         def pick(logits, i, k_rows):
-            tok, probs = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
-                                    ctx.top_p, need_probs=stop is not None)
-            if stop is not None:
-                cut = stop(DraftStep(index=jnp.asarray(i, jnp.int32), token=tok, probs=probs))
-                k_rows = jnp.where(cut & (i < k_rows), i, k_rows)
-            return tok, (None if greedy else probs), k_rows
+            return pick_with_stop(logits, i, k_rows, ctx, greedy, stop)
 
         tok0, q0, k_rows = pick(root_logits, 0, k_rows)
         tokens = tokens.at[:, 0].set(tok0)

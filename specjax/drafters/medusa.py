@@ -16,14 +16,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import pick_token
+from specjax.drafters._chain import pick_with_stop
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.heads.eagle import to_target_logits
 from specjax.heads.medusa import MedusaHeadConfig, MedusaHeads
-from specjax.policies.base import DraftStep
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -57,13 +56,9 @@ class MedusaDrafter:
         if self.tree is None:
             tokens, qs = [], []
             for i in range(self.max_k):
-                tok, probs = pick_token(logits[:, i], ctx.keys, i, greedy, ctx.temperature,
-                                        ctx.top_k, ctx.top_p, need_probs=stop is not None)
-                if stop is not None:
-                    cut = stop(DraftStep(index=jnp.int32(i), token=tok, probs=probs))
-                    k = jnp.where(cut & (i < k), i, k)
+                tok, q_i, k = pick_with_stop(logits[:, i], i, k, ctx, greedy, stop)
                 tokens.append(tok)
-                qs.append(probs)
+                qs.append(q_i)
             q = None if greedy else jnp.stack(qs, axis=1)
             return DraftTree.chain(jnp.stack(tokens, axis=1), k, q), state, ctx.target_cache
 
