@@ -114,8 +114,9 @@ def test_head_cache_and_pending_features_after_every_step(target, tree):
     assert steps >= 3
 
 
-@pytest.mark.parametrize("kw", [dict(k=2), dict(k=2, tree="fixed:0,1,0.0")],
-                         ids=["chain", "fixed-tree"])
+@pytest.mark.parametrize("kw", [dict(k=2), dict(k=2, tree="fixed:0,1,0.0"),
+                                dict(k=2, draft_vocab=6)],
+                         ids=["chain", "fixed-tree", "chain-draft-vocab-6-of-8"])
 def test_eagle_sampling_matches_the_target_distribution(kw):
     """Chi-square of the first three sampled tokens against the exact law (8-token
     vocabulary); the random head's drafts are accepted often enough to exercise the rule."""

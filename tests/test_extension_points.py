@@ -196,7 +196,7 @@ class StopAfter:
 
     def stop(self, state, step):
         odd = jnp.arange(step.token.shape[0]) % 2 == 1
-        assert step.probs.shape[-1] == 64  # the draft distribution reaches the hook
+        assert step.probs.shape[-1] <= 64  # the draft distribution reaches the hook
         return jnp.where(odd, step.index >= 1, step.index >= 2) & (state >= 0)
 
     def update(self, state, k, n_draft, n_acc):

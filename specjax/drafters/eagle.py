@@ -31,7 +31,7 @@ from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec, Features
-from specjax.heads.eagle import EagleHeadConfig, init_head, to_target_logits
+from specjax.heads.eagle import EagleHeadConfig, init_head
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -104,49 +104,53 @@ class EagleDrafter:
                 stop=None):
         head = self._head(params)
         draft_ids = params["draft_ids"]
-        V = self.head_cfg.vocab_size
+        V, Vd = self.head_cfg.vocab_size, self.head_cfg.draft_vocab
         embed = target.embed[...]
-        B = ctx.seq.shape[0]
         D1 = state.pend_feat.shape[1]
         n = ctx.seq_len - 1  # the pending token's position
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
 
-        def emb(tok):
+        # drafting runs in the draft vocabulary (top-k, argmax and sampling over Vd entries,
+        # not a 49k-entry target-vocabulary copy per step); ids are mapped at the end
+        def emb_target(tok):
             return jnp.take(embed, tok, axis=0).astype(jnp.float32)
 
-        def full(logits):
-            return to_target_logits(logits, draft_ids, V)
+        def emb(draft_tok):
+            return emb_target(jnp.take(draft_ids, draft_tok))
 
         # the pending pairs (g_t, x_{t+1}) at t = pend_start + j: the last predicts draft 1
         pos = state.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
         tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1), axis=1)
-        logits, hid, cache = head(emb(tok), state.pend_feat, pos,
+        logits, hid, cache = head(emb_target(tok), state.pend_feat, pos,
                                   state.cache.with_lengths(state.pend_start))
         last = (state.pend_n - 1)[:, None]
-        root_logits = full(jnp.take_along_axis(logits, last[..., None], axis=1)[:, 0])
+        root_logits = jnp.take_along_axis(logits, last[..., None], axis=1)[:, 0]
         root_hid = jnp.take_along_axis(hid, last[..., None], axis=1)[:, 0]
         kmax = jnp.max(k)
         if self.tree is None:
             tokens, q, cache, k = self._chain(head, root_logits, root_hid, cache, n, k, ctx,
-                                              greedy, emb, full, stop)
+                                              greedy, emb, stop)
             draft = DraftTree.chain(tokens, k, q)
         else:
             def run(tokens, positions, c, offset, mask, feats):
                 lg, h, c = head(emb(tokens), feats, positions, c, attn_mask=mask,
                                 write_offset=offset)
-                return full(lg), c, h
+                return lg, c, h
 
             draft, cache = draft_tree_or_nothing(
-                lambda c: tree_draft(run, root_logits, c, self.tree, ctx, greedy, kmax, k, V,
+                lambda c: tree_draft(run, root_logits, c, self.tree, ctx, greedy, kmax, k, Vd,
                                      stop, root_hidden=root_hid),
-                cache.with_lengths(n - 1), self.tree, kmax, greedy, V)
+                cache.with_lengths(n - 1), self.tree, kmax, greedy, Vd)
+        q = draft.q
+        if q is not None:  # the draft distributions in the target vocabulary, for the verifier
+            q = jnp.zeros(q.shape[:-1] + (V,), q.dtype).at[..., draft_ids].set(q)
+        draft = dataclasses.replace(draft, tokens=jnp.take(draft_ids, draft.tokens), q=q)
         new = dataclasses.replace(state, cache=cache)
         return draft, new, ctx.target_cache
 
-    def _chain(self, head, root_logits, root_hid, cache, n, k_rows, ctx, greedy, emb, full,
-               stop):
-        """Draft tokens 1..k: the first from the root logits, each next one from feeding
-        ``(previous hidden, previous token)`` at the next position."""
+    def _chain(self, head, root_logits, root_hid, cache, n, k_rows, ctx, greedy, emb, stop):
+        """Draft tokens 1..k (draft-vocabulary ids): the first from the root logits, each next
+        one from feeding ``(previous hidden, previous token)`` at the next position."""
         K = self.max_k
         B = root_logits.shape[0]
         V = root_logits.shape[-1]
@@ -166,7 +170,7 @@ class EagleDrafter:
             pos = n + i - 1
             lg, h, cache = head(emb(prev)[:, None], hid[:, None], pos[:, None],
                                 cache.with_lengths(pos))
-            tok, qi, k_rows = pick(full(lg[:, 0]), i, k_rows)
+            tok, qi, k_rows = pick(lg[:, 0], i, k_rows)
             tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
             if q is not None:
                 q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)

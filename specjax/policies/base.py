@@ -42,7 +42,9 @@ class DraftStep:
       index: ``int32[]`` 0-based draft position (a tree: depth - 1).
       token: ``int32[B]`` the drafted token.
       probs: ``float32[B, V]`` the draft distribution it was drawn from (temperature,
-        top-k and top-p applied when sampling; the plain softmax when greedy).
+        top-k and top-p applied when sampling; the plain softmax when greedy), over the
+        drafter's vocabulary (an EAGLE head's reduced draft vocabulary: ``V`` may be smaller
+        than the target's).
       hidden: ``[B, D]`` the drafter's feature for the token, or None.
     """
 
