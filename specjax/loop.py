@@ -102,10 +102,6 @@ class LoopState:
     step: jax.Array
     metrics: Metrics
 
-    @property
-    def new_tokens(self) -> jax.Array:
-        return self.seq_len - self.prompt_len
-
 
 def _is_eos(tok, eos_ids: tuple[int, ...]):
     if not eos_ids:

@@ -29,6 +29,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    """A tiny random Llama with a tokenizer, written as a GGUF file (bench, CLI, corpus)."""
+    from gguf_fixtures import VOCAB_SIZE, write_gguf
+
+    from specjax.config import tiny_config
+    from specjax.models.loaders import random_model
+    from specjax.models.weights import model_to_tensors
+
+    cfg = tiny_config(vocab_size=VOCAB_SIZE, num_layers=2)
+    path = tmp_path_factory.mktemp("m") / "tiny.gguf"
+    write_gguf(path, cfg, model_to_tensors(random_model(cfg, seed=3)))
+    return path
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (float32), loaded once per session."""

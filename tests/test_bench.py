@@ -5,20 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from gguf_fixtures import VOCAB_SIZE, write_gguf
+from gguf_fixtures import VOCAB_SIZE
 from specjax.bench import BenchError, load_prompts, parse_bench_method_args
 from specjax.cli import main
 from specjax.config import RopeScaling, tiny_config
 from specjax.models.loaders import random_model
 from specjax.models.weights import model_to_tensors
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    cfg = tiny_config(vocab_size=VOCAB_SIZE, num_layers=2)
-    path = tmp_path_factory.mktemp("m") / "tiny.gguf"
-    write_gguf(path, cfg, model_to_tensors(random_model(cfg, seed=3)))
-    return path
 
 
 @pytest.fixture

@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from gguf_fixtures import VOCAB_SIZE, write_gguf
-from specjax.config import tiny_config
 from specjax.errors import ConfigError, DataError
-from specjax.models.loaders import load, random_model
-from specjax.models.weights import model_to_tensors
+from specjax.models.loaders import load
 from specjax.train import corpus, pool
 from specjax.train.corpus import CorpusConfig, build_corpus, read_shard, tokenizer_sha256
 from specjax.train.pool import PoolItem, build_pool, filter_overlaps, load_eval_prompts
@@ -216,14 +213,6 @@ def test_index_agrees_with_pairwise_check():
 
 
 # ----------------------------------------------------------------------------- corpus
-
-
-@pytest.fixture(scope="module")
-def tiny_gguf(tmp_path_factory):
-    cfg = tiny_config(vocab_size=VOCAB_SIZE, num_layers=2)
-    path = tmp_path_factory.mktemp("m") / "tiny.gguf"
-    write_gguf(path, cfg, model_to_tensors(random_model(cfg, seed=3)))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -87,12 +87,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         for B, rel in result["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(result["ks"], rel)))
-        if config.output:
-            Path(config.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(config.output).write_text(json.dumps(result, indent=2))
-        if config.plot:
-            plot_verify_curve(result, config.plot)
-        return 0
+        return _save(result, config, plot_verify_curve)
     methods = [m.strip() for m in config.methods if m.strip()]
     bad = [m for m in methods if base_method(m) not in METHODS]
     if bad:
@@ -157,9 +152,15 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize})
     print(format_table(summary))
+    return _save(summary, config, plot)
+
+
+def _save(result: dict, config, plotter) -> int:
+    """Writes the result JSON to ``config.output`` and its plot to ``config.plot`` (each when
+    asked for)."""
     if config.output:
         Path(config.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(config.output).write_text(json.dumps(summary, indent=2))
+        Path(config.output).write_text(json.dumps(result, indent=2))
     if config.plot:
-        plot(summary, config.plot)
+        plotter(result, config.plot)
     return 0

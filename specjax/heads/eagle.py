@@ -258,13 +258,3 @@ def init_head(cfg: EagleHeadConfig, target, draft_ids=None, seed: int = 0) -> tu
     head.lm_head[...] = jnp.asarray(out_rows, jnp.float32)[jnp.asarray(draft_ids)]
     graphdef, state = nnx.split(head)
     return graphdef, state, draft_ids
-
-
-def head_param_count(cfg: EagleHeadConfig) -> int:
-    h, f = cfg.hidden_size, cfg.intermediate_size
-    qkv_in = 2 * h if cfg.variant == "eagle3" else h
-    n = h * (cfg.feature_width if cfg.variant == "eagle3" else 2 * h)
-    n += (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim * qkv_in
-    n += h * cfg.num_heads * cfg.head_dim + 3 * h * f + cfg.draft_vocab * h + 4 * h
-    return n
-
