@@ -333,6 +333,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "a step that drafts nothing, instead of a lone forward; give the ks of "
                    "the engine's verify buckets, e.g. --curve-ks 1,2,4,8,16,17 for k = 16")
     b.set_defaults(fn=cmd_bench)
+    hd = sub.add_parser("head", help="convert EAGLE-3 heads between specjax's format and the "
+                        "serving engines' layout (vLLM, SGLang, SpecForge)")
+    hsub = hd.add_subparsers(dest="head_cmd", required=True)
+    hc = hsub.add_parser("convert", help="read a head (either format) and write it in the "
+                         "other: specjax head convert SRC DST [--to engine|specjax]")
+    model_args(hc)
+    hc.add_argument("src", help="head directory (specjax format or engine layout)")
+    hc.add_argument("dst", help="output directory")
+    hc.add_argument("--to", choices=("engine", "specjax"), default=None,
+                    help="output format (default: the other one)")
+    hc.add_argument("--out-dtype", default="bfloat16", choices=("float32", "bfloat16"),
+                    help="tensor dtype written (default bfloat16)")
+    hc.set_defaults(fn=cmd_head_convert)
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
                         description="specjax train TASK --config FILE.py [--out-dir DIR] "
@@ -347,6 +360,31 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the task's flags (specjax train TASK --help)")
     tr.set_defaults(fn=cmd_train)
     return p
+
+
+def cmd_head_convert(args) -> int:
+    """``specjax head convert SRC DST``: loads the head against the target (every check of
+    loading applies) and writes it in the other format."""
+    from pathlib import Path
+
+    from specjax.heads.interop import export_eagle3, is_engine_layout
+    from specjax.heads.io import load_eagle_head, save_eagle_head
+
+    conf_f = Path(args.src) / "config.json"
+    try:
+        conf = json.loads(conf_f.read_text())
+    except (OSError, ValueError) as e:
+        raise CLIError(f"{conf_f}: not a readable head config ({e})") from None
+    to = args.to or ("specjax" if is_engine_layout(conf) else "engine")
+    lm = _load(args)
+    cfg, _, state, draft_ids, desc = load_eagle_head(args.src, lm.model, lm.tokenizer)
+    if to == "engine":
+        out = export_eagle3(args.dst, cfg, state, draft_ids, dtype=args.out_dtype)
+    else:
+        out = save_eagle_head(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer,
+                              meta={"converted_from": str(args.src)}, dtype=args.out_dtype)
+    print(f"{desc} -> {out} ({to} format, {args.out_dtype})")
+    return 0
 
 
 def cmd_bench(args) -> int:

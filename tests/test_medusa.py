@@ -7,7 +7,7 @@ from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tin
 
 from specjax import drafters
 from specjax.engine import generate
-from specjax.errors import DrafterError
+from specjax.errors import CheckpointError, DrafterError
 from specjax.sampling import SamplingParams
 
 
@@ -41,5 +41,5 @@ def test_medusa_sampling_matches_the_target_distribution():
 def test_medusa_bad_options(target):
     with pytest.raises(DrafterError, match="medusa drafts static trees"):
         drafters.make("medusa", target, tree="dynamic")
-    with pytest.raises(DrafterError, match="loading trained Medusa heads is not available"):
-        drafters.make("medusa", target, head="x")
+    with pytest.raises(CheckpointError, match="config.json: not found"):
+        drafters.make("medusa", target, head="no/such/dir")

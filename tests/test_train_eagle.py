@@ -13,7 +13,8 @@ from specjax.errors import ConfigError
 from specjax.heads.eagle import EagleHeadConfig, init_head
 from specjax.models.loaders import random_model
 from specjax.train.task import TASKS
-from specjax.train.tasks.eagle import draft_vocab_from_counts, ttt_forward
+from specjax.train.tasks._target import draft_vocab_from_counts
+from specjax.train.tasks.eagle import ttt_forward
 
 
 @pytest.fixture(scope="module")

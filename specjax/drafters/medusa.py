@@ -22,7 +22,7 @@ from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tr
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.heads.eagle import to_target_logits
-from specjax.heads.medusa import MedusaHeadConfig, MedusaHeads
+from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -104,18 +104,22 @@ def make_medusa(cfg: MedusaConfig, target_lm) -> MedusaDrafter:
                            f"got {spec.describe()}: its heads do not see the drafted tokens")
     depth = spec.depth if spec else cfg.k
     if cfg.head is not None:
-        raise DrafterError("loading trained Medusa heads is not available yet (train with "
-                           "`specjax train medusa` once it exists); omit head= for untrained "
-                           "heads")
-    V = target.cfg.vocab_size
-    dv = cfg.draft_vocab or V
-    ids = jnp.arange(dv, dtype=jnp.int32)
-    hcfg = MedusaHeadConfig(num_heads=depth, hidden_size=target.cfg.hidden_size,
-                            vocab_size=V, draft_vocab=dv, target_layers=target.cfg.num_layers)
-    rows = target.embed[...] if target.lm_head is None else target.lm_head[...]
-    heads = MedusaHeads(hcfg, jnp.asarray(rows)[ids], rngs=nnx.Rngs(0))
-    graphdef, state = nnx.split(heads)
-    return MedusaDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
-                         description="untrained Medusa heads",
-                         _params={"heads": state, "draft_ids": ids})
+        from specjax.heads.medusa import load_medusa_heads
 
+        hcfg, graphdef, state, ids, desc = load_medusa_heads(
+            cfg.head, target, getattr(target_lm, "tokenizer", None))
+        if depth > hcfg.num_heads:
+            raise DrafterError(f"{cfg.head}: {hcfg.num_heads} trained heads cannot draft "
+                               f"depth {depth} (k or the tree's depth)")
+    else:
+        V = target.cfg.vocab_size
+        dv = cfg.draft_vocab or V
+        ids = jnp.arange(dv, dtype=jnp.int32)
+        hcfg = MedusaHeadConfig(num_heads=depth, hidden_size=target.cfg.hidden_size,
+                                vocab_size=V, draft_vocab=dv,
+                                target_layers=target.cfg.num_layers)
+        graphdef, state = init_medusa_heads(hcfg, target, ids)
+        desc = "untrained Medusa heads"
+    return MedusaDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
+                         description=desc,
+                         _params={"heads": state, "draft_ids": jnp.asarray(ids, jnp.int32)})

@@ -10,6 +10,9 @@ Loading checks everything a wrong file could get wrong and names the file and th
 missing or truncated file, a head for another target (hidden size, vocabulary, layer count,
 tokenizer), a draft map with ids outside the vocabulary or repeated ids, tensors of the wrong
 shape.
+
+A directory in the serving engines' EAGLE-3 layout (vLLM, SGLang, SpecForge:
+:mod:`specjax.heads.interop`) loads through the same :func:`load_eagle_head`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from flax import nnx
 
 from specjax.errors import CheckpointError
 from specjax.heads.eagle import EagleHead, EagleHeadConfig
+from specjax.heads.interop import _np_dtype, import_eagle3, is_engine_layout
 from specjax.tokenizer import tokenizer_sha256
 
 FORMAT = "specjax-eagle-1"
@@ -35,13 +39,15 @@ def _flat(state) -> dict[str, np.ndarray]:
 
 
 def save_eagle_head(path: str | Path, cfg: EagleHeadConfig, state, draft_ids, *,
-                    tokenizer=None, meta: dict | None = None) -> Path:
-    """Writes a head directory (``config.json`` + ``model.safetensors``); returns it."""
+                    tokenizer=None, meta: dict | None = None, dtype: str = "float32") -> Path:
+    """Writes a head directory (``config.json`` + ``model.safetensors``); returns it.
+    ``dtype="bfloat16"`` halves the file (shipped heads); loading always gives float32."""
     from safetensors.numpy import save_file
 
+    dt = _np_dtype(dtype)
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
-    tensors = _flat(state)
+    tensors = {n: a.astype(dt) for n, a in _flat(state).items()}
     tensors["draft_ids"] = np.asarray(draft_ids, np.int32)
     save_file(tensors, str(p / "model.safetensors"))
     conf = {"format": FORMAT, "head": cfg.to_dict(),
@@ -74,6 +80,8 @@ def load_eagle_head(path: str | Path, target, tokenizer=None):
         conf = json.loads(conf_f.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{conf_f}: not a JSON head config: {e}") from None
+    if is_engine_layout(conf):
+        return import_eagle3(p, target, conf)
     if not isinstance(conf, dict) or conf.get("format") != FORMAT:
         raise CheckpointError(f"{conf_f}: not a specjax EAGLE head (format "
                               f"{conf.get('format') if isinstance(conf, dict) else None!r}, "

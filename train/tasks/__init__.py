@@ -1,3 +1,3 @@
 """Training tasks, registered in :data:`specjax.train.task.TASKS` on import."""
 
-from specjax.train.tasks import eagle  # noqa: F401  (registers eagle3, eagle1)
+from specjax.train.tasks import eagle, medusa  # noqa: F401  (register eagle3, eagle1, medusa)

@@ -32,6 +32,8 @@ from specjax.errors import ConfigError
 from specjax.heads.eagle import EagleHeadConfig, init_head
 from specjax.heads.io import save_eagle_head
 from specjax.train.task import TASKS
+from specjax.train.tasks._target import answer_token_counts, draft_vocab_from_counts, \
+    target_pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,28 +62,6 @@ class EagleTaskConfig:
             raise ConfigError(f"step_weight must be in (0, 1], got {self.step_weight!r}")
         if not isinstance(self.draft_vocab, int) or self.draft_vocab < 1:
             raise ConfigError(f"draft_vocab must be an integer >= 1, got {self.draft_vocab!r}")
-
-
-def draft_vocab_from_counts(counts: np.ndarray, size: int) -> tuple[np.ndarray, float]:
-    """The ``size`` most frequent token ids (ties: lower id first) and their coverage (share of
-    all counted tokens they account for)."""
-    size = min(size, len(counts))
-    order = np.lexsort((np.arange(len(counts)), -counts))[:size]
-    total = counts.sum()
-    return np.sort(order).astype(np.int32), float(counts[order].sum() / total) if total else 0.0
-
-
-def answer_token_counts(corpus_dir: str | Path, vocab_size: int) -> np.ndarray:
-    """Counts of every token id over the answer tokens (``loss_mask == 1``) of a corpus."""
-    from specjax.train.batches import Corpus
-
-    corpus = Corpus.open(corpus_dir)
-    counts = np.zeros(vocab_size, np.int64)
-    for rec in corpus.iter_records():
-        toks = np.asarray(rec["tokens"], np.int64)
-        mask = np.asarray(rec["loss_mask"], bool)
-        np.add.at(counts, toks[mask], 1)
-    return counts
 
 
 def ttt_attention(q, keys, values, i: int):
@@ -159,34 +139,18 @@ class EagleTask:
                 "draft_ids": jnp.asarray(self._draft_ids, jnp.int32)}
 
     def _target_pass(self, frozen, tokens):
-        """Fused-feature inputs and, per position, the target's distribution over the next
-        token restricted to the draft vocabulary and whether its argmax lies inside it."""
-        target = nnx.merge(self.target_graphdef, frozen["target"])
-        B, T = tokens.shape
-        pos = jnp.broadcast_to(jnp.arange(T, dtype=jnp.int32)[None], (B, T))
-        layers = self.head_cfg.feature_layers
-        o = target(tokens, pos, target.init_cache(B, T), prefix_empty=True,
-                   hidden_layers=layers, compute_logits=False)
-        raw = jnp.concatenate(o.hidden, -1) if self.head_cfg.variant == "eagle3" \
-            else o.final_hidden
-        w = target.embed[...] if target.lm_head is None else target.lm_head[...]
-        ids = frozen["draft_ids"]
-
-        def per_row(hrow):  # [T, h]: full logits one row at a time (memory)
-            full = hrow @ w.astype(jnp.float32).T
-            sub = full[:, ids]
-            return sub, jnp.max(full, -1) <= jnp.max(sub, -1)
-
-        sub, inside = jax.lax.map(per_row, o.final_hidden.astype(jnp.float32))
-        return jax.lax.stop_gradient(raw), jax.lax.stop_gradient(sub), inside, \
-            jax.lax.stop_gradient(o.final_hidden), target
+        layers = self.head_cfg.feature_layers if self.head_cfg.variant == "eagle3" else ()
+        return target_pass(self.target_graphdef, frozen, tokens, layers)
 
     def loss(self, params, frozen, batch, rng):
         head = nnx.merge(self.head_graphdef, params["head"])
         tokens = batch["tokens"]
         mask = batch["loss_mask"].astype(bool)
         B, T = tokens.shape
-        raw, t_logits, inside, final_h, target = self._target_pass(frozen, tokens)
+        tp = self._target_pass(frozen, tokens)
+        target, t_logits, inside, final_h = tp.target, tp.logits, tp.inside, tp.final_hidden
+        raw = jnp.concatenate(tp.hidden, -1) if self.head_cfg.variant == "eagle3" \
+            else final_h
         g0 = head.fuse(raw)
         nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros((B, 1), tokens.dtype)], axis=1)
         emb_next = jnp.take(target.embed[...], nxt, axis=0).astype(jnp.float32)

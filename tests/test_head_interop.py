@@ -1,0 +1,172 @@
+"""EAGLE-3 heads in the serving engines' layout (vLLM, SGLang, SpecForge): export, import,
+round trips, bfloat16 files, the same drafts after a round trip, and clear errors."""
+
+import json
+
+import numpy as np
+import pytest
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+from spec_helpers import make_target, mixed_prompts
+
+from specjax import drafters
+from specjax.engine import generate
+from specjax.errors import CheckpointError
+from specjax.heads.eagle import EagleHeadConfig, init_head
+from specjax.heads.interop import export_eagle3, import_eagle3
+from specjax.heads.io import load_eagle_head, save_eagle_head
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def head(target):
+    cfg = EagleHeadConfig.for_target(target.cfg, "eagle3", draft_vocab=40)
+    ids = np.random.default_rng(0).permutation(target.cfg.vocab_size)[:40]
+    graphdef, state, draft_ids = init_head(cfg, target, ids, seed=3)
+    # non-trivial norms, so a swapped norm would show
+    flat = nnx.to_flat_state(state)
+    rng = np.random.default_rng(1)
+    for path, leaf in flat:
+        if "norm" in str(path[-1]) and str(path[-1]) != "attn_norm":
+            leaf.set_value(np.asarray(1 + 0.1 * rng.standard_normal(leaf.get_value().shape),
+                                      np.float32))
+    return cfg, nnx.from_flat_state(flat), draft_ids
+
+
+def _weights(state):
+    return {".".join(map(str, p)): np.asarray(leaf.get_value())
+            for p, leaf in nnx.to_flat_state(state)}
+
+
+def test_engine_layout_names_shapes_and_maps(target, head, tmp_path):
+    cfg, state, ids = head
+    out = export_eagle3(tmp_path / "e", cfg, state, ids, dtype="float32")
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert conf["draft_vocab_size"] == 40 and conf["num_hidden_layers"] == 1
+    assert conf["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == \
+        [i + 1 for i in cfg.feature_layers]
+    t = load_file(str(out / "model.safetensors"))
+    h = cfg.hidden_size
+    assert t["fc.weight"].shape == (h, 3 * h)
+    assert t["midlayer.self_attn.q_proj.weight"].shape == (cfg.num_heads * cfg.head_dim, 2 * h)
+    assert t["midlayer.self_attn.k_proj.weight"].shape == \
+        (cfg.num_kv_heads * cfg.head_dim, 2 * h)
+    # target id = draft id + d2t[draft id]; ordered by target id; t2d marks the same ids
+    tid = np.arange(40) + t["d2t"]
+    assert np.array_equal(tid, np.sort(ids)) and t["d2t"].dtype == np.int64
+    assert np.array_equal(np.flatnonzero(t["t2d"]), np.sort(ids))
+    # each LM head row still belongs to its target token
+    w = _weights(state)
+    row_of = {int(i): r for i, r in zip(ids, w["lm_head"])}
+    for j, i in enumerate(tid):
+        assert np.array_equal(t["lm_head.weight"][j], row_of[int(i)])
+    assert np.array_equal(t["midlayer.hidden_norm.weight"], w["hid_norm"])
+    assert np.array_equal(t["midlayer.input_layernorm.weight"], w["emb_norm"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_round_trip_drafts_the_same(target, head, tmp_path, dtype):
+    """specjax -> engine layout -> specjax: the same weights (to bf16 rounding) and, in float32,
+    the same drafts and outputs as the original head."""
+    cfg, state, ids = head
+    eng = export_eagle3(tmp_path / "eng", cfg, state, ids, dtype=dtype)
+    cfg2, _, state2, ids2, desc = load_eagle_head(eng, target)  # load_eagle_head dispatches
+    assert "engine layout" in desc and cfg2 == cfg
+    a, b = _weights(state), _weights(state2)
+    order = np.argsort(ids)
+    assert np.array_equal(ids2, np.asarray(ids)[order])
+    tol = 0 if dtype == "float32" else 1e-2
+    for k in a:
+        if k == "attn_norm":  # not part of an EAGLE-3 layer (specjax's EAGLE-1 uses it)
+            continue
+        want = a[k][order] if k == "lm_head" else a[k]
+        np.testing.assert_allclose(b[k], want, rtol=tol, atol=tol * 0.05)
+    back = save_eagle_head(tmp_path / "back", cfg2, state2, ids2, dtype=dtype)
+    cfg3, _, state3, ids3, _ = load_eagle_head(back, target)
+    assert cfg3 == cfg and np.array_equal(ids3, ids2)
+    for k, v in _weights(state3).items():
+        assert np.array_equal(v, b[k])
+    if dtype == "float32":
+        prompts = mixed_prompts(3, seed=4)
+        plain = generate(target, prompts, max_new_tokens=8, batch_size=3).tokens
+        orig = save_eagle_head(tmp_path / "orig", cfg, state, ids)
+        r = [generate(target, prompts, max_new_tokens=8, batch_size=3,
+                      drafter=drafters.make("eagle", target, k=3, head=str(p)))
+             for p in (orig, eng)]
+        assert r[0].tokens == r[1].tokens == plain
+        assert r[0].extra["accepted"] == r[1].extra["accepted"]
+
+
+def test_bf16_file_is_half_the_size(target, head, tmp_path):
+    cfg, state, ids = head
+    f32 = save_eagle_head(tmp_path / "a", cfg, state, ids) / "model.safetensors"
+    b16 = save_eagle_head(tmp_path / "b", cfg, state, ids, dtype="bfloat16") / \
+        "model.safetensors"
+    assert b16.stat().st_size < 0.6 * f32.stat().st_size
+
+
+def test_import_errors_name_the_problem(target, head, tmp_path):
+    cfg, state, ids = head
+    eng = export_eagle3(tmp_path / "e", cfg, state, ids, dtype="float32")
+    conf_f, w_f = eng / "config.json", eng / "model.safetensors"
+    conf = json.loads(conf_f.read_text())
+    tensors = load_file(str(w_f))
+
+    def with_conf(**kw):
+        conf_f.write_text(json.dumps({**conf, **kw}))
+
+    with_conf(hidden_size=cfg.hidden_size * 2)
+    with pytest.raises(CheckpointError, match="hidden_size = .*the loaded target has"):
+        import_eagle3(eng, target)
+    with_conf(vocab_size=cfg.vocab_size + 1)
+    with pytest.raises(CheckpointError, match="vocab_size"):
+        import_eagle3(eng, target)
+    with_conf(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2, 99]})
+    with pytest.raises(CheckpointError, match="eagle_aux_hidden_state_layer_ids"):
+        import_eagle3(eng, target)
+    with_conf(num_hidden_layers=2)
+    with pytest.raises(CheckpointError, match="2 decoder layers"):
+        import_eagle3(eng, target)
+    with_conf()
+    bad = dict(tensors)
+    bad["d2t"] = np.full((40,), 10_000, np.int64)
+    save_file(bad, str(w_f))
+    with pytest.raises(CheckpointError, match="d2t maps draft ids to target ids outside"):
+        import_eagle3(eng, target)
+    bad = {k: v for k, v in tensors.items() if k != "midlayer.mlp.up_proj.weight"}
+    save_file(bad, str(w_f))
+    with pytest.raises(CheckpointError, match="missing tensor midlayer.mlp.up_proj.weight"):
+        import_eagle3(eng, target)
+    bad = dict(tensors)
+    bad["fc.weight"] = bad["fc.weight"][:, :-1]
+    save_file(bad, str(w_f))
+    with pytest.raises(CheckpointError, match="fc.weight has shape"):
+        import_eagle3(eng, target)
+    w_f.write_bytes(w_f.read_bytes()[:64])
+    with pytest.raises(CheckpointError, match="unreadable or truncated"):
+        load_eagle_head(eng, target)
+    e1 = EagleHeadConfig.for_target(target.cfg, "eagle1", draft_vocab=40)
+    _, s1, i1 = init_head(e1, target, ids, seed=0)
+    with pytest.raises(CheckpointError, match="only eagle3 heads"):
+        export_eagle3(tmp_path / "e1", e1, s1, i1)
+
+
+def test_a_head_for_another_target_of_the_same_shape_loads(target, head, tmp_path):
+    """Heads are tied to a target's shapes, not to its weights: the same architecture with
+    other weights loads the file (and still decodes exactly)."""
+    from spec_helpers import CFG
+
+    from specjax.models.loaders import random_model
+
+    cfg, state, ids = head
+    eng = export_eagle3(tmp_path / "e", cfg, state, ids, dtype="float32")
+    other = random_model(CFG, seed=99)
+    d = drafters.make("eagle", other, k=3, head=str(eng))
+    prompts = mixed_prompts(2, seed=5)
+    assert generate(other, prompts, max_new_tokens=6, drafter=d, batch_size=2).tokens == \
+        generate(other, prompts, max_new_tokens=6, batch_size=2).tokens
