@@ -170,3 +170,33 @@ def test_a_head_for_another_target_of_the_same_shape_loads(target, head, tmp_pat
     prompts = mixed_prompts(2, seed=5)
     assert generate(other, prompts, max_new_tokens=6, drafter=d, batch_size=2).tokens == \
         generate(other, prompts, max_new_tokens=6, batch_size=2).tokens
+
+
+def test_cli_head_convert_both_ways(tiny_gguf, tmp_path, capsys):
+    """``specjax head convert``: specjax -> engine layout -> specjax, checked against the
+    target the flags load (a tiny GGUF with a tokenizer)."""
+    from specjax.cli import main
+    from specjax.models.loaders import load
+
+    lm = load(str(tiny_gguf))
+    cfg = EagleHeadConfig.for_target(lm.model.cfg, "eagle3", draft_vocab=30)
+    _, state, ids = init_head(cfg, lm.model, np.arange(30) * 2, seed=1)
+    src = save_eagle_head(tmp_path / "src", cfg, state, ids, tokenizer=lm.tokenizer)
+    assert main(["head", "convert", str(src), str(tmp_path / "eng"), "--model",
+                 str(tiny_gguf)]) == 0
+    assert "engine format" in capsys.readouterr().out
+    conf = json.loads((tmp_path / "eng" / "config.json").read_text())
+    assert conf["architectures"] == ["LlamaForCausalLMEagle3"]
+    assert main(["head", "convert", str(tmp_path / "eng"), str(tmp_path / "back"), "--model",
+                 str(tiny_gguf), "--out-dtype", "float32"]) == 0
+    back = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert back["format"] == "specjax-eagle-1"
+    _, _, s2, ids2, _ = load_eagle_head(tmp_path / "back", lm.model, lm.tokenizer)
+    assert np.array_equal(ids2, np.arange(30) * 2)
+    w = _weights(state)
+    for k, v in _weights(s2).items():  # bf16 in between: equal to rounding
+        if k != "attn_norm":
+            np.testing.assert_allclose(v, w[k], rtol=1e-2, atol=1e-3)
+    assert main(["head", "convert", str(tmp_path / "nothing"), str(tmp_path / "x"),
+                 "--model", str(tiny_gguf)]) == 2
+    assert "not a readable head config" in capsys.readouterr().err
