@@ -1,6 +1,13 @@
 """Drafters behind one protocol, registered by name in :data:`DRAFTERS` (see :func:`make`)."""
 
-from specjax.drafters import draft_model, eagle, medusa, prompt_lookup, self_spec  # noqa: F401
+from specjax.drafters import (  # noqa: F401
+    draft_model,
+    eagle,
+    hydra,
+    medusa,
+    prompt_lookup,
+    self_spec,
+)
 from specjax.drafters.base import (
     DRAFTERS,
     Drafter,

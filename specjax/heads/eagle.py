@@ -29,9 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.cache import KVCache, write_block
+from specjax.cache import KVCache
 from specjax.errors import DrafterError
-from specjax.models.llama import apply_rope, linear, rms_norm, rope_inv_freq, split_attention
+from specjax.heads._attn import cached_attention
+from specjax.models.llama import apply_rope, linear, rms_norm, rope_inv_freq
 
 VARIANTS = ("eagle1", "eagle3")
 
@@ -209,28 +210,11 @@ class EagleHead(nnx.Module):
         Returns ``(logits[B, T, draft_vocab] | None, hidden[B, T, h], cache)``; ``hidden`` is
         the output fed back as the next position's feature.
         """
-        c = self.cfg
-        B, T, h = feats.shape
-        nh, kvh, hd = c.num_heads, c.num_kv_heads, c.head_dim
         q, k, v, resid = self.qkv(tokens_emb, feats, positions)
-        if attn_mask is None:
-            attn_mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
-        W = attn_mask.shape[2]
-        in_cache = cache.lengths[:, None] + jnp.arange(W)[None] < cache.max_len
-        mask = attn_mask.astype(bool) & in_cache[:, None, :]
-        kc = write_block(cache.k[0], k, cache.lengths + write_offset)
-        vc = write_block(cache.v[0], v, cache.lengths + write_offset)
-        if write_offset == 0 and W == T:
-            k_win, v_win = k, v
-        else:
-            win = jnp.minimum(cache.lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
-                              kc.shape[1] - 1)[:, :, None, None]
-            k_win = jnp.take_along_axis(kc, win, axis=1)
-            v_win = jnp.take_along_axis(vc, win, axis=1)
-        att = split_attention(q.reshape(B, T, kvh, nh // kvh, hd), kc, vc, cache.lengths,
-                              k_win, v_win, mask, jnp.float32, prefix_empty)
-        logits, x = self.finish(att.reshape(B, T, nh * hd), resid, compute_logits)
-        return logits, x, KVCache(k=(kc,), v=(vc,), lengths=cache.lengths)
+        att, cache = cached_attention(q, k, v, cache, attn_mask=attn_mask,
+                                      write_offset=write_offset, prefix_empty=prefix_empty)
+        logits, x = self.finish(att, resid, compute_logits)
+        return logits, x, cache
 
 
 def to_target_logits(draft_logits: jax.Array, draft_ids: jax.Array, vocab: int) -> jax.Array:

@@ -37,30 +37,15 @@ from flax import nnx
 
 from specjax.errors import CheckpointError
 from specjax.heads.eagle import EagleHead, EagleHeadConfig
+from specjax.heads.files import flat_params, np_dtype
 
 ARCHITECTURE = "LlamaForCausalLMEagle3"
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def is_engine_layout(conf: dict) -> bool:
     """True for a config.json in the engines' layout (it names architectures, no format)."""
     return isinstance(conf, dict) and "format" not in conf and \
         any("eagle3" in str(a).lower() for a in conf.get("architectures") or ())
-
-
-def _np_dtype(name: str):
-    if name not in _DTYPES:
-        raise CheckpointError(f"dtype must be one of {_DTYPES}, got {name!r}")
-    if name == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(name)
-
-
-def _params(state) -> dict[str, np.ndarray]:
-    return {".".join(str(p) for p in path): np.asarray(leaf.get_value(), np.float32)
-            for path, leaf in nnx.to_flat_state(state)}
 
 
 def export_eagle3(path: str | Path, cfg: EagleHeadConfig, state, draft_ids, *,
@@ -75,8 +60,8 @@ def export_eagle3(path: str | Path, cfg: EagleHeadConfig, state, draft_ids, *,
     if cfg.variant != "eagle3":
         raise CheckpointError(f"only eagle3 heads have the engines' EAGLE-3 layout; this head "
                               f"is {cfg.variant}")
-    dt = _np_dtype(dtype)
-    p = _params(state)
+    dt = np_dtype(dtype)
+    p = flat_params(state)
     ids = np.asarray(draft_ids, np.int64)
     order = np.argsort(ids, kind="stable")
     ids = ids[order]

@@ -16,17 +16,15 @@ hash, ``meta``) and ``model.safetensors`` (``res``, ``res_bias``, ``out``, ``dra
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from specjax.errors import CheckpointError, DrafterError
-from specjax.heads.interop import _np_dtype
-from specjax.tokenizer import tokenizer_sha256
+from specjax.heads.files import check_target, describe, fill_state, read_head_conf, \
+    read_tensors, save_head_dir
 
 FORMAT = "specjax-medusa-1"
 
@@ -88,22 +86,8 @@ def init_medusa_heads(cfg: MedusaHeadConfig, target, draft_ids) -> tuple:
 def save_medusa_heads(path: str | Path, cfg: MedusaHeadConfig, state, draft_ids, *,
                       tokenizer=None, meta: dict | None = None, dtype: str = "float32"
                       ) -> Path:
-    from safetensors.numpy import save_file
-
-    dt = _np_dtype(dtype)
-    p = Path(path)
-    p.mkdir(parents=True, exist_ok=True)
-    tensors = {".".join(map(str, k)): np.asarray(leaf.get_value(), np.float32).astype(dt)
-               for k, leaf in nnx.to_flat_state(state)}
-    tensors["draft_ids"] = np.asarray(draft_ids, np.int32)
-    save_file(tensors, str(p / "model.safetensors"))
-    conf = {"format": FORMAT, "heads": cfg.to_dict(),
-            "target": {"num_layers": cfg.target_layers, "hidden_size": cfg.hidden_size,
-                       "vocab_size": cfg.vocab_size,
-                       "tokenizer_sha256": tokenizer_sha256(tokenizer) if tokenizer else None},
-            "meta": meta or {}}
-    (p / "config.json").write_text(json.dumps(conf, indent=2, default=str))
-    return p
+    return save_head_dir(path, FORMAT, "heads", cfg, state, draft_ids, tokenizer=tokenizer,
+                         meta=meta, dtype=dtype)
 
 
 def load_medusa_heads(path: str | Path, target, tokenizer=None):
@@ -114,62 +98,17 @@ def load_medusa_heads(path: str | Path, target, tokenizer=None):
       CheckpointError: naming the file and the problem (missing/truncated files, heads for
         another target or tokenizer, a bad draft map, misshapen tensors).
     """
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    p = Path(path)
-    conf_f, weights_f = p / "config.json", p / "model.safetensors"
-    for f in (conf_f, weights_f):
-        if not f.is_file():
-            raise CheckpointError(f"{f}: not found (Medusa heads are a directory with "
-                                  "config.json and model.safetensors)")
-    try:
-        conf = json.loads(conf_f.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{conf_f}: not a JSON config: {e}") from None
-    if not isinstance(conf, dict) or conf.get("format") != FORMAT:
-        raise CheckpointError(f"{conf_f}: not specjax Medusa heads (format "
-                              f"{conf.get('format') if isinstance(conf, dict) else None!r}, "
-                              f"expected {FORMAT!r})")
+    conf = read_head_conf(path, FORMAT, "Medusa heads")
     try:
         cfg = MedusaHeadConfig(**conf["heads"])
     except (KeyError, TypeError, DrafterError) as e:
-        raise CheckpointError(f"{conf_f}: bad heads config: {e}") from None
+        raise CheckpointError(f"{Path(path) / 'config.json'}: bad heads config: {e}") from None
     t = target.cfg
-    for field, have, want in (("num_layers", cfg.target_layers, t.num_layers),
+    check_target(path, conf, [("num_layers", cfg.target_layers, t.num_layers),
                               ("hidden_size", cfg.hidden_size, t.hidden_size),
-                              ("vocab_size", cfg.vocab_size, t.vocab_size)):
-        if have != want:
-            raise CheckpointError(f"{p}: these heads were trained for a target with {field} = "
-                                  f"{have}; the loaded target has {want}")
-    want_tok = (conf.get("target") or {}).get("tokenizer_sha256")
-    have_tok = tokenizer_sha256(tokenizer) if tokenizer is not None else None
-    if want_tok and have_tok and want_tok != have_tok:
-        raise CheckpointError(f"{p}: these heads were trained with another tokenizer")
-    try:
-        tensors = load_file(str(weights_f))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise CheckpointError(f"{weights_f}: unreadable or truncated safetensors file: "
-                              f"{e}") from None
-    ids = tensors.pop("draft_ids", None)
-    if ids is None:
-        raise CheckpointError(f"{weights_f}: has no 'draft_ids' tensor")
-    ids = np.asarray(ids).astype(np.int64)
-    if ids.shape != (cfg.draft_vocab,) or ids.min() < 0 or ids.max() >= cfg.vocab_size or \
-            len(np.unique(ids)) != len(ids):
-        raise CheckpointError(f"{weights_f}: draft_ids must hold {cfg.draft_vocab} distinct "
-                              f"target ids in [0, {cfg.vocab_size})")
+                              ("vocab_size", cfg.vocab_size, t.vocab_size)],
+                 tokenizer, "these heads were")
+    tensors, ids = read_tensors(path, cfg.draft_vocab, cfg.vocab_size)
     graphdef, state = init_medusa_heads(cfg, target, ids)
-    flat = nnx.to_flat_state(state)
-    for path_, leaf in flat:
-        name = ".".join(map(str, path_))
-        if name not in tensors:
-            raise CheckpointError(f"{weights_f}: missing tensor {name}")
-        arr = np.asarray(tensors[name], np.float32)
-        if arr.shape != leaf.get_value().shape:
-            raise CheckpointError(f"{weights_f}: tensor {name} has shape {arr.shape}, "
-                                  f"expected {leaf.get_value().shape}")
-        leaf.set_value(arr)
-    step = (conf.get("meta") or {}).get("step")
-    desc = f"medusa heads {p}" + (f" (step {step})" if step is not None else "")
-    return cfg, graphdef, nnx.from_flat_state(flat), ids.astype(np.int32), desc
+    state = fill_state(state, tensors, path, "Medusa heads")
+    return cfg, graphdef, state, ids, describe("medusa heads", path, conf)

@@ -1,0 +1,183 @@
+"""Hydra / Hydra++ drafter (card C20): sequentially dependent heads on the target's last
+hidden state, a chain or any tree (each node's children come from the head of its depth,
+reading the node's own path), with no draft forward beyond the heads.
+
+State per row: the context vector ``c_t`` of the newest committed position (Hydra: the
+target's normed last hidden state; Hydra++: the prefix layer's output, whose one-layer KV
+cache holds every committed position) from the features the verify forward computes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specjax.cache import KVCache
+from specjax.drafters._chain import pick_with_stop
+from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.heads.eagle import to_target_logits
+from specjax.heads.hydra import HydraHeadConfig, init_hydra_heads
+from specjax.tree import DraftTree, TreeSpec
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class HydraState:
+    """``ctx[B, h]``: context vector of the newest committed position; ``cache``: the prefix
+    layer's cache (Hydra++), lengths = committed positions; a zero-size cache for Hydra."""
+
+    ctx: jax.Array
+    cache: KVCache
+
+
+@dataclasses.dataclass(frozen=True)
+class HydraDrafter:
+    head_cfg: HydraHeadConfig
+    graphdef: Any
+    max_k: int
+    tree: TreeSpec | None = None
+    description: str = ""
+    name: str = "hydra"
+    deterministic: bool = False
+    features: FeatureSpec = FeatureSpec(final_hidden=True)
+    _params: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+    def params(self):
+        return self._params
+
+    def _heads(self, params):
+        return nnx.merge(self.graphdef, params["heads"])
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        heads = self._heads(params)
+        g = features.final_hidden
+        B, P, _ = g.shape
+        if heads.prefix is None:
+            cache = KVCache(k=(), v=(), lengths=prompt_lens)
+            c_all = g.astype(jnp.float32)
+        else:
+            D = self.tree.depth if self.tree is not None else self.max_k
+            cache = heads.prefix.init_cache(B, cache_len + D + 2)
+            pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
+            c_all, cache = heads.context(g, pos, cache, prefix_empty=True)
+            cache = cache.with_lengths(prompt_lens)
+        c = jnp.take_along_axis(c_all, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
+        return HydraState(ctx=c, cache=cache)
+
+    def _logits(self, heads, params, buf, i):
+        return to_target_logits(heads.logits(buf, i), params["draft_ids"],
+                                self.head_cfg.vocab_size)
+
+    def propose(self, params, target, state: HydraState, ctx: StepContext, k, greedy,
+                stop=None):
+        heads = self._heads(params)
+        K, h = self.head_cfg.num_heads, self.head_cfg.hidden_size
+        embed = target.embed[...]
+        emb = lambda t: jnp.take(embed, t, axis=0).astype(jnp.float32)  # noqa: E731
+        B = state.ctx.shape[0]
+        buf = jnp.zeros((B, K + 1, h), jnp.float32).at[:, 0].set(state.ctx)
+        buf = buf.at[:, 1].set(emb(ctx.pending))
+        k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
+        V = self.head_cfg.vocab_size
+        if self.tree is None:
+            tokens, qs = [], []
+            for i in range(self.max_k):
+                tok, q_i, k = pick_with_stop(self._logits(heads, params, buf, i), i, k, ctx,
+                                             greedy, stop)
+                tokens.append(tok)
+                qs.append(q_i)
+                if i + 2 <= K:
+                    buf = buf.at[:, i + 2].set(emb(tok))
+            q = None if greedy else jnp.stack(qs, axis=1)
+            return DraftTree.chain(jnp.stack(tokens, axis=1), k, q), state, ctx.target_cache
+
+        n = ctx.seq_len - 1
+
+        def run(tokens, positions, c, offset, mask, feats):  # nodes of depth d >= 1
+            d = jnp.clip(positions[0, 0] - n[0], 1, K - 1)  # the same depth on every row
+            T = tokens.shape[1]
+            b = feats.reshape(B, T, K + 1, h)
+            slot = jnp.arange(K + 1) == d + 1
+            b = jnp.where(slot[None, None, :, None], emb(tokens)[:, :, None, :], b)
+            return self._logits(heads, params, b, d), c, b.reshape(B, T, (K + 1) * h)
+
+        dummy = KVCache(k=(), v=(), lengths=n)
+        kmax = jnp.max(k)
+        root = self._logits(heads, params, buf, 0)
+        draft, _ = draft_tree_or_nothing(
+            lambda c: tree_draft(run, root, c, self.tree, ctx, greedy, kmax, k, V, stop,
+                                 root_hidden=buf.reshape(B, (K + 1) * h)),
+            dummy, self.tree, kmax, greedy, V)
+        return draft, state, ctx.target_cache
+
+    def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):
+        heads = self._heads(params)
+        g = features.final_hidden  # [B, D + 1, h]: the root, then the accepted nodes
+        live = ctx.live
+        if heads.prefix is None:
+            c = jnp.take_along_axis(g, n_acc[:, None, None], axis=1)[:, 0]
+            return HydraState(ctx=jnp.where(live[:, None], c.astype(jnp.float32), state.ctx),
+                              cache=state.cache)
+        start = ctx.target_cache.lengths - (n_acc + 1)  # the root's position
+        B, T, _ = g.shape
+        pos = start[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
+        out, cache = heads.context(g, pos, state.cache.with_lengths(start))
+        c = jnp.take_along_axis(out, n_acc[:, None, None], axis=1)[:, 0]
+        lengths = jnp.where(live, start + n_acc + 1, state.cache.lengths)
+        return HydraState(ctx=jnp.where(live[:, None], c, state.ctx),
+                          cache=cache.with_lengths(lengths))
+
+
+@dataclasses.dataclass(frozen=True)
+class HydraConfig:
+    """Options of ``hydra``."""
+
+    k: int = dataclasses.field(default=3, metadata={"help": "draft depth (<= trained heads)"})
+    head: str | None = dataclasses.field(default=None, metadata={
+        "help": "trained heads (directory written by `specjax train hydra`); default: "
+                "untrained heads (identity start: for tests)"})
+    prefix: bool = dataclasses.field(default=True, metadata={
+        "help": "untrained heads: Hydra++'s prefix attention layer (false: plain Hydra)"})
+    mlp_layers: int = dataclasses.field(default=4, metadata={
+        "help": "untrained heads: residual blocks per head"})
+    draft_vocab: int | None = None
+    seed: int = 0
+    tree: TreeSpec | None = tree_field(3)
+
+    def __post_init__(self):
+        check_k(self.k)
+
+
+@DRAFTERS.register("hydra", config=HydraConfig,
+                   doc="Hydra/Hydra++ sequentially dependent heads on the target's last hidden "
+                       "state (chains and trees)")
+def make_hydra(cfg: HydraConfig, target_lm) -> HydraDrafter:
+    target = getattr(target_lm, "model", target_lm)
+    spec = tree_option(cfg.tree, cfg.k)
+    depth = spec.depth if spec else cfg.k
+    if cfg.head is not None:
+        from specjax.heads.hydra import load_hydra_heads
+
+        hcfg, graphdef, state, ids, desc = load_hydra_heads(
+            cfg.head, target, getattr(target_lm, "tokenizer", None))
+        if depth > hcfg.num_heads:
+            raise DrafterError(f"{cfg.head}: {hcfg.num_heads} trained heads cannot draft "
+                               f"depth {depth} (k or the tree's depth)")
+    else:
+        V = target.cfg.vocab_size
+        ids = jnp.arange(cfg.draft_vocab or V, dtype=jnp.int32)
+        hcfg = HydraHeadConfig.for_target(target.cfg, depth, len(ids),
+                                          mlp_layers=cfg.mlp_layers,
+                                          prefix_attention=cfg.prefix)
+        graphdef, state = init_hydra_heads(hcfg, target, ids, seed=cfg.seed)
+        desc = f"untrained {'hydra++' if cfg.prefix else 'hydra'} heads (seed {cfg.seed})"
+    return HydraDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
+                        description=desc,
+                        _params={"heads": state, "draft_ids": jnp.asarray(ids, jnp.int32)})
