@@ -13,7 +13,7 @@ from specjax.errors import ConfigError
 from specjax.heads.eagle import EagleHeadConfig, init_head
 from specjax.models.loaders import random_model
 from specjax.train.task import TASKS
-from specjax.train.tasks._target import draft_vocab_from_counts
+from specjax.train.tasks._target import draft_vocab_from_counts, draft_vocabulary
 from specjax.train.tasks.eagle import ttt_forward
 
 
@@ -60,6 +60,13 @@ def test_draft_vocab_from_counts():
     assert ids.tolist() == [2, 3, 5] and cov == pytest.approx(25 / 31)
     ids, _ = draft_vocab_from_counts(counts, 10)
     assert ids.tolist() == [0, 1, 2, 3, 4, 5]
+    # answers hold 5 distinct tokens: the 6th slot goes to the uncounted token most frequent
+    # in the prompts (id 7 over ids 1 and 6)
+    counts = np.array([5, 0, 9, 9, 1, 7, 0, 0])
+    fill = np.array([0, 1, 0, 0, 0, 0, 0, 50])
+    ids, cov = draft_vocab_from_counts(counts, 6, fill=fill)
+    assert ids.tolist() == [0, 2, 3, 4, 5, 7] and cov == 1.0
+    assert draft_vocabulary(None, 100, 8).tolist() == list(range(8))
 
 
 def _batch(B=2, T=16, seed=0):

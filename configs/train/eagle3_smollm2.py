@@ -8,9 +8,9 @@ from specjax.train import TrainConfig
 def get_config() -> TrainConfig:
     return TrainConfig(
         task="eagle3",
-        task_args={"ttt_steps": 3, "draft_vocab": 16384},
+        task_args={"ttt_steps": 3, "draft_vocab": 8192},
         model="smollm2-135m",
-        data="corpus/smollm2",
+        data="out/corpus_smollm2",
         out_dir="runs/eagle3_smollm2",
         seq_len=512,
         batch_size=8,

@@ -32,6 +32,7 @@ from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tr
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec, Features
 from specjax.heads.eagle import EagleHeadConfig, init_head
+from specjax.heads.shipped import resolve_head
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -201,7 +202,7 @@ class EagleConfig:
     head: str | None = dataclasses.field(default=None, metadata={
         "help": "a trained head (directory written by `specjax train`, or an EAGLE-3 "
                 "safetensors + config.json export); default: the head shipped for the target, "
-                "else an untrained random head (for tests)"})
+                "else an untrained random head; head=random: an untrained head"})
     variant: str = dataclasses.field(default="eagle3", metadata={
         "help": "eagle3 | eagle1: the architecture of a random head (a trained head says "
                 "its own)"})
@@ -221,11 +222,12 @@ def make_eagle(cfg: EagleConfig, target_lm) -> EagleDrafter:
     target = getattr(target_lm, "model", target_lm)
     spec = tree_option(cfg.tree, cfg.k)
     max_k = spec.depth if spec else cfg.k
-    if cfg.head is not None:
+    head = resolve_head("eagle", cfg.head, target_lm)
+    if head is not None:
         from specjax.heads.io import load_eagle_head
 
         head_cfg, graphdef, state, draft_ids, desc = load_eagle_head(
-            cfg.head, target, getattr(target_lm, "tokenizer", None))
+            head, target, getattr(target_lm, "tokenizer", None))
     else:
         if cfg.variant not in ("eagle1", "eagle3"):
             raise DrafterError(f"variant must be 'eagle1' or 'eagle3', got {cfg.variant!r}")

@@ -24,6 +24,7 @@ from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.heads.eagle import to_target_logits
 from specjax.heads.hydra import HydraHeadConfig, init_hydra_heads
+from specjax.heads.shipped import resolve_head
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -142,7 +143,8 @@ class HydraConfig:
     k: int = dataclasses.field(default=3, metadata={"help": "draft depth (<= trained heads)"})
     head: str | None = dataclasses.field(default=None, metadata={
         "help": "trained heads (directory written by `specjax train hydra`); default: "
-                "untrained heads (identity start: for tests)"})
+                "the heads shipped for the target, else untrained heads (identity start); "
+                "head=random: untrained heads"})
     prefix: bool = dataclasses.field(default=True, metadata={
         "help": "untrained heads: Hydra++'s prefix attention layer (false: plain Hydra)"})
     mlp_layers: int = dataclasses.field(default=4, metadata={
@@ -162,13 +164,14 @@ def make_hydra(cfg: HydraConfig, target_lm) -> HydraDrafter:
     target = getattr(target_lm, "model", target_lm)
     spec = tree_option(cfg.tree, cfg.k)
     depth = spec.depth if spec else cfg.k
-    if cfg.head is not None:
+    head = resolve_head("hydra", cfg.head, target_lm)
+    if head is not None:
         from specjax.heads.hydra import load_hydra_heads
 
         hcfg, graphdef, state, ids, desc = load_hydra_heads(
-            cfg.head, target, getattr(target_lm, "tokenizer", None))
+            head, target, getattr(target_lm, "tokenizer", None))
         if depth > hcfg.num_heads:
-            raise DrafterError(f"{cfg.head}: {hcfg.num_heads} trained heads cannot draft "
+            raise DrafterError(f"{head}: {hcfg.num_heads} trained heads cannot draft "
                                f"depth {depth} (k or the tree's depth)")
     else:
         V = target.cfg.vocab_size

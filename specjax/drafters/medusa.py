@@ -23,6 +23,7 @@ from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.heads.eagle import to_target_logits
 from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads
+from specjax.heads.shipped import resolve_head
 from specjax.tree import DraftTree, TreeSpec
 
 
@@ -86,7 +87,8 @@ class MedusaConfig:
     k: int = dataclasses.field(default=3, metadata={"help": "heads used = draft depth"})
     head: str | None = dataclasses.field(default=None, metadata={
         "help": "trained heads (directory written by `specjax train medusa`); default: "
-                "untrained heads (identity residual, the target's LM head: for tests)"})
+                "the heads shipped for the target, else untrained heads (identity residual, "
+                "the target's LM head); head=random: untrained heads"})
     draft_vocab: int | None = None
     tree: TreeSpec | None = tree_field(3)
 
@@ -103,13 +105,14 @@ def make_medusa(cfg: MedusaConfig, target_lm) -> MedusaDrafter:
         raise DrafterError(f"medusa drafts static trees (fixed:<choices> or levels:<widths>); "
                            f"got {spec.describe()}: its heads do not see the drafted tokens")
     depth = spec.depth if spec else cfg.k
-    if cfg.head is not None:
+    head = resolve_head("medusa", cfg.head, target_lm)
+    if head is not None:
         from specjax.heads.medusa import load_medusa_heads
 
         hcfg, graphdef, state, ids, desc = load_medusa_heads(
-            cfg.head, target, getattr(target_lm, "tokenizer", None))
+            head, target, getattr(target_lm, "tokenizer", None))
         if depth > hcfg.num_heads:
-            raise DrafterError(f"{cfg.head}: {hcfg.num_heads} trained heads cannot draft "
+            raise DrafterError(f"{head}: {hcfg.num_heads} trained heads cannot draft "
                                f"depth {depth} (k or the tree's depth)")
     else:
         V = target.cfg.vocab_size

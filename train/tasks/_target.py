@@ -53,25 +53,47 @@ def target_pass(target_graphdef, frozen, tokens, layers: tuple[int, ...] = ()) -
                       final_hidden=sg(o.final_hidden), logits=sg(sub), inside=inside)
 
 
-def draft_vocab_from_counts(counts: np.ndarray, size: int) -> tuple[np.ndarray, float]:
-    """The ``size`` most frequent token ids (ties: lower id first) and their coverage (share of
-    all counted tokens they account for)."""
+def draft_vocab_from_counts(counts: np.ndarray, size: int, fill: np.ndarray | None = None
+                            ) -> tuple[np.ndarray, float]:
+    """The ``size`` most frequent token ids of ``counts`` and their coverage (share of all
+    counted tokens they account for). Ties (in practice: tokens never counted, once a corpus
+    has fewer distinct tokens than ``size``) go to the higher ``fill`` count, then the lower
+    id. Returned ids are sorted."""
     size = min(size, len(counts))
-    order = np.lexsort((np.arange(len(counts)), -counts))[:size]
+    keys = (np.arange(len(counts)),) + ((-fill,) if fill is not None else ()) + (-counts,)
+    order = np.lexsort(keys)[:size]
     total = counts.sum()
     return np.sort(order).astype(np.int32), float(counts[order].sum() / total) if total else 0.0
 
 
-def answer_token_counts(corpus_dir: str | Path, vocab_size: int) -> np.ndarray:
-    """Counts of every token id over the answer tokens (``loss_mask == 1``) of a corpus."""
+def token_counts(corpus_dir: str | Path, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Counts of every token id over a corpus's answer tokens (``loss_mask == 1``) and over
+    its prompt tokens."""
     from specjax.train.batches import Corpus
 
     corpus = Corpus.open(corpus_dir)
-    counts = np.zeros(vocab_size, np.int64)
+    answer = np.zeros(vocab_size, np.int64)
+    prompt = np.zeros(vocab_size, np.int64)
     for rec in corpus.iter_records():
         toks = np.asarray(rec["tokens"], np.int64)
         mask = np.asarray(rec["loss_mask"], bool)
-        np.add.at(counts, toks[mask], 1)
-    return counts
+        np.add.at(answer, toks[mask], 1)
+        np.add.at(prompt, toks[~mask], 1)
+    return answer, prompt
 
 
+def answer_token_counts(corpus_dir: str | Path, vocab_size: int) -> np.ndarray:
+    """Counts of every token id over the answer tokens (``loss_mask == 1``) of a corpus."""
+    return token_counts(corpus_dir, vocab_size)[0]
+
+
+def draft_vocabulary(corpus_dir: str | Path | None, vocab_size: int, size: int) -> np.ndarray:
+    """A head's draft vocabulary: the ``size`` most frequent answer tokens of the corpus, then
+    (when the answers hold fewer distinct tokens) the most frequent prompt tokens, which the
+    target often copies: on a 384-prompt SmolLM2 corpus this filling raised the coverage of
+    held-out answers by an 8192-token vocabulary from 88.3% to 93.7% (docs/training.md).
+    Without a corpus: the first ``size`` ids."""
+    if corpus_dir is None:
+        return np.arange(min(size, vocab_size), dtype=np.int32)
+    answer, prompt = token_counts(corpus_dir, vocab_size)
+    return draft_vocab_from_counts(answer, size, fill=prompt)[0]

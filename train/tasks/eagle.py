@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from specjax.errors import ConfigError
 from specjax.heads.eagle import EagleHeadConfig, init_head
 from specjax.heads.io import save_eagle_head
 from specjax.train.task import TASKS
-from specjax.train.tasks._target import answer_token_counts, draft_vocab_from_counts, \
-    target_pass
+from specjax.train.tasks._target import draft_vocabulary, target_pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,12 +193,7 @@ def _build(variant: str):
     def build(cfg: EagleTaskConfig, lm) -> EagleTask:
         target = getattr(lm, "model", lm)
         V = target.cfg.vocab_size
-        corpus = cfg.corpus
-        if corpus is not None:
-            ids, coverage = draft_vocab_from_counts(answer_token_counts(corpus, V),
-                                                    cfg.draft_vocab)
-        else:
-            ids = np.arange(min(cfg.draft_vocab, V), dtype=np.int32)
+        ids = draft_vocabulary(cfg.corpus, V, cfg.draft_vocab)
         head_cfg = EagleHeadConfig.for_target(target.cfg, variant, draft_vocab=len(ids))
         graphdef, state, draft_ids = init_head(head_cfg, target, ids, seed=cfg.seed_head)
         tgraph, tparams = nnx.split(target)

@@ -15,15 +15,13 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from specjax.errors import ConfigError
 from specjax.heads.hydra import HydraHeadConfig, head_buffer, init_hydra_heads, \
     save_hydra_heads
 from specjax.train.task import TASKS
-from specjax.train.tasks._target import answer_token_counts, draft_vocab_from_counts, \
-    target_pass
+from specjax.train.tasks._target import draft_vocabulary, target_pass
 from specjax.train.tasks.medusa import shift_left
 
 
@@ -114,10 +112,7 @@ class HydraTask:
 def build_hydra(cfg: HydraTaskConfig, lm) -> HydraTask:
     target = getattr(lm, "model", lm)
     V = target.cfg.vocab_size
-    if cfg.corpus is not None:
-        ids, _ = draft_vocab_from_counts(answer_token_counts(cfg.corpus, V), cfg.draft_vocab)
-    else:
-        ids = np.arange(min(cfg.draft_vocab, V), dtype=np.int32)
+    ids = draft_vocabulary(cfg.corpus, V, cfg.draft_vocab)
     hcfg = HydraHeadConfig.for_target(target.cfg, cfg.num_heads, len(ids),
                                       mlp_layers=cfg.mlp_layers,
                                       prefix_attention=cfg.prefix_attention,

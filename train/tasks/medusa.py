@@ -13,14 +13,12 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from specjax.errors import ConfigError
 from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads, save_medusa_heads
 from specjax.train.task import TASKS
-from specjax.train.tasks._target import answer_token_counts, draft_vocab_from_counts, \
-    target_pass
+from specjax.train.tasks._target import draft_vocabulary, target_pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,10 +103,7 @@ class MedusaTask:
 def build_medusa(cfg: MedusaTaskConfig, lm) -> MedusaTask:
     target = getattr(lm, "model", lm)
     V = target.cfg.vocab_size
-    if cfg.corpus is not None:
-        ids, _ = draft_vocab_from_counts(answer_token_counts(cfg.corpus, V), cfg.draft_vocab)
-    else:
-        ids = np.arange(min(cfg.draft_vocab, V), dtype=np.int32)
+    ids = draft_vocabulary(cfg.corpus, V, cfg.draft_vocab)
     hcfg = MedusaHeadConfig(num_heads=cfg.num_heads, hidden_size=target.cfg.hidden_size,
                             vocab_size=V, draft_vocab=len(ids),
                             target_layers=target.cfg.num_layers, shared_out=cfg.shared_out)

@@ -1,0 +1,60 @@
+"""Heads installed with the package: the default head of a drafter is the shipped one whose
+target matches (shapes and tokenizer), head=random opts out, other targets get untrained
+heads; the shipped files stay under 60 MB together and decode exactly on the real model."""
+
+import numpy as np
+import pytest
+
+from specjax import drafters
+from specjax.heads import shipped
+from specjax.heads.eagle import EagleHeadConfig, init_head
+from specjax.heads.io import save_eagle_head
+
+
+def test_default_head_is_the_matching_shipped_one(tiny_gguf, tmp_path, monkeypatch):
+    from specjax.models.loaders import load
+
+    lm = load(str(tiny_gguf))
+    cfg = EagleHeadConfig.for_target(lm.model.cfg, "eagle3", draft_vocab=30)
+    _, state, ids = init_head(cfg, lm.model, np.arange(30) * 3, seed=4)
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)
+    save_eagle_head(tmp_path / "tiny-eagle3", cfg, state, ids, tokenizer=lm.tokenizer,
+                    meta={"step": 11}, dtype="bfloat16")
+    assert [p for p, _ in shipped.shipped_heads("eagle")] == [str(tmp_path / "tiny-eagle3")]
+    assert shipped.shipped_heads("medusa") == []
+    d = drafters.make("eagle", lm)
+    assert "tiny-eagle3" in d.description and "(step 11)" in d.description
+    assert np.array_equal(np.asarray(d.params()["draft_ids"]), np.arange(30) * 3)
+    r = drafters.make("eagle", lm, head="random")
+    assert r.description.startswith("untrained")
+    # the same shapes without a tokenizer (a random model): no shipped head applies
+    assert drafters.make("eagle", lm.model).description.startswith("untrained")
+    # another tokenizer: no match
+    monkeypatch.setattr(shipped, "tokenizer_sha256", lambda tok: "0" * 64)
+    assert drafters.make("eagle", lm).description.startswith("untrained")
+
+
+def test_shipped_heads_stay_under_60_mb():
+    total = sum(f.stat().st_size for f in shipped.ROOT.rglob("*") if f.is_file()) \
+        if shipped.ROOT.is_dir() else 0
+    assert total < 60 * 2 ** 20, f"shipped heads take {total / 2 ** 20:.1f} MB"
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("kind", ["eagle", "medusa", "hydra"])
+def test_shipped_heads_decode_exactly_on_smollm2(smollm2, kind):
+    path = shipped.find_shipped(kind, smollm2.model, smollm2.tokenizer)
+    if path is None:
+        pytest.skip(f"no {kind} head ships for SmolLM2 yet")
+    from specjax.engine import generate
+
+    prompts = [smollm2.tokenizer.encode(p) for p in
+               ("The capital of France is", "def fibonacci(n):", "List three colors:")]
+    ref = generate(smollm2, prompts, max_new_tokens=24, batch_size=3).tokens
+    for tree in (None, "dynamic:width=3,nodes=8" if kind != "medusa" else "levels:3.2"):
+        d = drafters.make(kind, smollm2, **({"tree": tree} if tree else {}))
+        assert path in d.description
+        res = generate(smollm2, prompts, max_new_tokens=24, batch_size=3, drafter=d)
+        assert res.tokens == ref
+        assert sum(res.extra["accepted"]) > 0  # a trained head gets tokens accepted
+
