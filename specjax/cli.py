@@ -161,44 +161,87 @@ def cmd_info(args) -> int:
     return 0
 
 
+def demo_methods(args, lm) -> list[str]:
+    """The speculative methods ``specjax demo`` compares: ``--methods``, else prompt lookup
+    plus every head drafter (eagle, hydra, medusa) with a trained head shipped for the
+    model."""
+    if args.methods:
+        return [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != "ar"]
+    from specjax.heads.shipped import find_shipped
+
+    out = ["prompt_lookup"]
+    for kind in ("eagle", "hydra", "medusa"):
+        if find_shipped(kind, lm.model, lm.tokenizer) is not None:
+            out.append(kind)
+        else:
+            print(f"({kind}: no trained head ships for {lm.source}; not shown)",
+                  file=sys.stderr)
+    return out
+
+
 def cmd_demo(args) -> int:
-    """Decodes the built-in prompts with plain and speculative decoding; prints the speedup."""
+    """Decodes the built-in prompts with plain decoding and speculative methods side by
+    side (interleaved per prompt); prints each method's speed and speedup."""
     from specjax import methods
     from specjax.engine import generate
 
     lm = _load(args)
     ids = _encode(lm, BUILTIN_PROMPTS, True)
-    drafter, policy, verifier = methods.build(args.method, lm,
-                                              methods.parse_method_args(args.method_arg))
+    names = demo_methods(args, lm)
+    per_method: dict[str, dict] = {n: {} for n in names}
+    for item in args.method_arg:  # METHOD.KEY=VALUE for one method, KEY=VALUE for all
+        key = item.split("=", 1)[0]
+        target = key.split(".", 1)[0] if "." in key else None
+        if target is not None and target not in per_method:
+            raise CLIError(f"--method-arg {item!r} names method {target!r}, which the demo "
+                           f"does not run ({', '.join(names)})")
+        for n in ([target] if target else names):
+            per_method[n].update(methods.parse_method_args(
+                [item.split(".", 1)[1] if target else item]))
+    built = {n: methods.build(n, lm, per_method[n]) for n in names}
     eos = lm.tokenizer.eos_ids
+    runs = [("ar", (None, None, None))] + [(n, tuple(built[n])) for n in names]
     print("compiling ...", file=sys.stderr)
     compile_s = 0.0
-    for d, pol, ver in ((None, None, None), (drafter, policy, verifier)):  # compile all
+    for _, (d, pol, ver) in runs:
         for p in ids:
             compile_s += generate(lm.model, [p], max_new_tokens=args.max_new_tokens,
                                   eos_ids=eos, drafter=d, policy=pol, verifier=ver).compile_s
-    tot = {"ar": [0, 0.0], "spec": [0, 0.0]}
+    tot = {n: [0, 0.0, 0, True] for n, _ in runs}  # tokens, seconds, forwards, identical
     for it, p in zip(BUILTIN_PROMPTS, ids):
-        # interleaved, so machine drift hits both alike
-        a = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos)
-        b = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos,
-                     drafter=drafter, policy=policy, verifier=verifier)
-        tot["ar"][0] += a.new_tokens[0]
-        tot["ar"][1] += a.wall_s[0]
-        tot["spec"][0] += b.new_tokens[0]
-        tot["spec"][1] += b.wall_s[0]
-        same = ("LOSSY rule " + b.extra["verifier"] if not b.exact else
-                "identical to plain decoding" if a.tokens == b.tokens else "DIFFERS from ar")
-        print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(b.tokens[0])}")
-        print(f"[ar] {a.new_tokens[0] / a.wall_s[0]:.1f} tok/s | [{args.method}] "
-              f"{b.new_tokens[0] / b.wall_s[0]:.1f} tok/s, "
-              f"{b.new_tokens[0] / b.target_forwards[0]:.2f} tokens/forward, "
-              f"speedup {a.wall_s[0] / b.wall_s[0]:.2f}x ({same})")
+        res = {}
+        for n, (d, pol, ver) in runs:  # interleaved, so machine drift hits all alike
+            res[n] = generate(lm.model, [p], max_new_tokens=args.max_new_tokens, eos_ids=eos,
+                              drafter=d, policy=pol, verifier=ver)
+        a = res["ar"]
+        print(f"\n### {it['id']}: {it['prompt']}\n{lm.tokenizer.decode(a.tokens[0])}")
+        line = [f"[ar] {a.new_tokens[0] / a.wall_s[0]:.1f} tok/s"]
+        for n, _ in runs:
+            r = res[n]
+            t = tot[n]
+            t[0] += r.new_tokens[0]
+            t[1] += r.wall_s[0]
+            t[2] += r.target_forwards[0]
+            if n == "ar":
+                continue
+            same = (f"LOSSY rule {r.extra['verifier']}" if not r.exact else
+                    "identical" if r.tokens == a.tokens else "DIFFERS from ar")
+            t[3] = t[3] and same == "identical"
+            line.append(f"[{n}] {r.new_tokens[0] / r.wall_s[0]:.1f} tok/s, "
+                        f"{r.new_tokens[0] / r.target_forwards[0]:.2f} tok/forward, "
+                        f"{a.wall_s[0] / r.wall_s[0]:.2f}x ({same})")
+        print(" | ".join(line))
     ar_tps = tot["ar"][0] / tot["ar"][1]
-    sp_tps = tot["spec"][0] / tot["spec"][1]
-    print(f"\nplain decoding (ar): {ar_tps:.1f} tokens/s | {args.method}: {sp_tps:.1f} tokens/s"
-          f" | speedup {sp_tps / ar_tps:.2f}x  (greedy, {len(ids)} prompts; compile "
-          f"{compile_s:.1f}s not included)")
+    print(f"\nsummary (greedy, {len(ids)} prompts, {args.max_new_tokens} new tokens; compile "
+          f"{compile_s:.1f}s not included):")
+    print(f"  {'method':<16}{'tokens/s':>10}{'speedup':>9}{'tok/forward':>13}  output")
+    for n, _ in runs:
+        tk, sec, fw, same = tot[n]
+        desc = "" if n == "ar" else getattr(built[n].drafter, "description", "")
+        print(f"  {n:<16}{tk / sec:>10.1f}{tk / sec / ar_tps:>8.2f}x{tk / max(fw, 1):>13.2f}  "
+              + ("plain decoding" if n == "ar" else
+                 ("identical to ar" if same else "NOT identical") + (f"; {desc}" if desc
+                                                                    else "")))
     return 0
 
 
@@ -284,8 +327,12 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="decode built-in prompts with the default model")
     model_args(d)
     d.add_argument("--max-new-tokens", type=int, default=128)
-    d.add_argument("--method", default="prompt_lookup", help="speculative method to compare")
-    d.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
+    d.add_argument("--methods", "--method", dest="methods", default=None,
+                   help="comma-separated speculative methods to compare with plain decoding "
+                   "(default: prompt_lookup and every head drafter with a trained head shipped "
+                   "for the model)")
+    d.add_argument("--method-arg", action="append", default=[],
+                   metavar="[METHOD.]KEY=VALUE")
     d.set_defaults(fn=cmd_demo)
     b = sub.add_parser("bench", help="methods side by side on the same prompts (interleaved)")
     b.add_argument("--config", metavar="FILE.py",

@@ -58,3 +58,19 @@ def test_shipped_heads_decode_exactly_on_smollm2(smollm2, kind):
         assert res.tokens == ref
         assert sum(res.extra["accepted"]) > 0  # a trained head gets tokens accepted
 
+
+
+def test_demo_compares_several_methods(tiny_gguf, capsys):
+    from specjax.cli import main
+
+    assert main(["demo", "--model", str(tiny_gguf), "--max-new-tokens", "4", "--methods",
+                 "prompt_lookup,eagle", "--method-arg", "eagle.head=random",
+                 "--method-arg", "k=2"]) == 0
+    out = capsys.readouterr().out
+    summary = out[out.index("summary"):]
+    for name in ("ar", "prompt_lookup", "eagle"):
+        assert f"\n  {name} " in summary
+    assert "NOT identical" not in summary and "untrained eagle3 head" in summary
+    assert main(["demo", "--model", str(tiny_gguf), "--methods", "eagle",
+                 "--method-arg", "medusa.k=2"]) == 2
+    assert "does not run" in capsys.readouterr().err
