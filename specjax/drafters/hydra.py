@@ -22,7 +22,6 @@ from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.heads.eagle import to_target_logits
 from specjax.heads.hydra import HydraHeadConfig, init_hydra_heads
 from specjax.heads.shipped import resolve_head
 from specjax.tree import DraftTree, TreeSpec
@@ -72,51 +71,72 @@ class HydraDrafter:
         c = jnp.take_along_axis(c_all, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
         return HydraState(ctx=c, cache=cache)
 
-    def _logits(self, heads, params, buf, i):
-        return to_target_logits(heads.logits(buf, i), params["draft_ids"],
-                                self.head_cfg.vocab_size)
-
     def propose(self, params, target, state: HydraState, ctx: StepContext, k, greedy,
                 stop=None):
         heads = self._heads(params)
+        draft_ids = params["draft_ids"]
         K, h = self.head_cfg.num_heads, self.head_cfg.hidden_size
+        V, Vd = self.head_cfg.vocab_size, self.head_cfg.draft_vocab
         embed = target.embed[...]
-        emb = lambda t: jnp.take(embed, t, axis=0).astype(jnp.float32)  # noqa: E731
+
+        # drafting runs in the draft vocabulary; ids are mapped to the target's at the end
+        def emb_target(tok):
+            return jnp.take(embed, tok, axis=0).astype(jnp.float32)
+
+        def emb(draft_tok):
+            return emb_target(jnp.take(draft_ids, draft_tok))
+
         B = state.ctx.shape[0]
         buf = jnp.zeros((B, K + 1, h), jnp.float32).at[:, 0].set(state.ctx)
-        buf = buf.at[:, 1].set(emb(ctx.pending))
+        buf = buf.at[:, 1].set(emb_target(ctx.pending))
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
-        V = self.head_cfg.vocab_size
         if self.tree is None:
-            tokens, qs = [], []
-            for i in range(self.max_k):
-                tok, q_i, k = pick_with_stop(self._logits(heads, params, buf, i), i, k, ctx,
-                                             greedy, stop)
-                tokens.append(tok)
-                qs.append(q_i)
-                if i + 2 <= K:
-                    buf = buf.at[:, i + 2].set(emb(tok))
-            q = None if greedy else jnp.stack(qs, axis=1)
-            return DraftTree.chain(jnp.stack(tokens, axis=1), k, q), state, ctx.target_cache
+            draft = self._chain(heads, buf, k, ctx, greedy, emb, stop)
+        else:
+            n = ctx.seq_len - 1
 
-        n = ctx.seq_len - 1
+            def run(tokens, positions, c, offset, mask, feats):  # nodes of depth d >= 1
+                d = jnp.clip(positions[0, 0] - n[0], 1, K - 1)  # the same on every row
+                T = tokens.shape[1]
+                b = feats.reshape(B, T, K + 1, h)
+                slot = jnp.arange(K + 1) == d + 1
+                b = jnp.where(slot[None, None, :, None], emb(tokens)[:, :, None, :], b)
+                return heads.logits(b, d), c, b.reshape(B, T, (K + 1) * h)
 
-        def run(tokens, positions, c, offset, mask, feats):  # nodes of depth d >= 1
-            d = jnp.clip(positions[0, 0] - n[0], 1, K - 1)  # the same depth on every row
-            T = tokens.shape[1]
-            b = feats.reshape(B, T, K + 1, h)
-            slot = jnp.arange(K + 1) == d + 1
-            b = jnp.where(slot[None, None, :, None], emb(tokens)[:, :, None, :], b)
-            return self._logits(heads, params, b, d), c, b.reshape(B, T, (K + 1) * h)
-
-        dummy = KVCache(k=(), v=(), lengths=n)
-        kmax = jnp.max(k)
-        root = self._logits(heads, params, buf, 0)
-        draft, _ = draft_tree_or_nothing(
-            lambda c: tree_draft(run, root, c, self.tree, ctx, greedy, kmax, k, V, stop,
-                                 root_hidden=buf.reshape(B, (K + 1) * h)),
-            dummy, self.tree, kmax, greedy, V)
+            kmax = jnp.max(k)
+            draft, _ = draft_tree_or_nothing(
+                lambda c: tree_draft(run, heads.logits(buf, 0), c, self.tree, ctx, greedy,
+                                     kmax, k, Vd, stop, root_hidden=buf.reshape(B, -1)),
+                KVCache(k=(), v=(), lengths=n), self.tree, kmax, greedy, Vd)
+        q = draft.q
+        if q is not None:  # the draft distributions in the target vocabulary, for the verifier
+            q = jnp.zeros(q.shape[:-1] + (V,), q.dtype).at[..., draft_ids].set(q)
+        draft = dataclasses.replace(draft, tokens=jnp.take(draft_ids, draft.tokens), q=q)
         return draft, state, ctx.target_cache
+
+    def _chain(self, heads, buf, k_rows, ctx, greedy, emb, stop) -> DraftTree:
+        """Draft tokens 1..k (draft-vocabulary ids): token ``i`` from head ``i`` reading the
+        context, the pending token and drafts ``1..i - 1``; stops at the longest row's k."""
+        K, M = self.head_cfg.num_heads, self.max_k
+        B = buf.shape[0]
+        Vd = self.head_cfg.draft_vocab
+        tokens = jnp.zeros((B, M), jnp.int32)
+        q = None if greedy else jnp.zeros((B, M, Vd), jnp.float32)
+
+        def body(c):
+            i, buf, tokens, q, k_rows = c
+            tok, qi, k_rows = pick_with_stop(heads.logits(buf, i), i, k_rows, ctx, greedy,
+                                             stop)
+            tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
+            if q is not None:
+                q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
+            slot = (jnp.arange(K + 1) == i + 2)[None, :, None]  # no slot past K: a no-op
+            buf = jnp.where(slot, emb(tok)[:, None, :], buf)
+            return i + 1, buf, tokens, q, k_rows
+
+        _, _, tokens, q, k_rows = jax.lax.while_loop(
+            lambda c: c[0] < jnp.max(c[4]), body, (jnp.int32(0), buf, tokens, q, k_rows))
+        return DraftTree.chain(tokens, jnp.minimum(k_rows, M), q)
 
     def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):
         heads = self._heads(params)
