@@ -26,11 +26,12 @@ def test_medusa_is_greedy_identical(target, tree):
     assert r.tokens == ref and sum(r.extra["drafted"]) > 0
 
 
-def test_medusa_sampling_matches_the_target_distribution():
+@pytest.mark.parametrize("kw", [{}, {"draft_vocab": 6}], ids=["full-vocab", "draft-vocab-6-of-8"])
+def test_medusa_sampling_matches_the_target_distribution(kw):
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])
     n = 8000
-    d = drafters.make("medusa", target, k=2)
+    d = drafters.make("medusa", target, k=2, **kw)
     res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
                    sampling=SamplingParams(temperature=1.0, seed=7))
     at = res.extra["accepted_at"]

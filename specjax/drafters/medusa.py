@@ -21,7 +21,6 @@ from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.heads.eagle import to_target_logits
 from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads
 from specjax.heads.shipped import resolve_head
 from specjax.tree import DraftTree, TreeSpec
@@ -46,14 +45,13 @@ class MedusaDrafter:
         return jnp.take_along_axis(features.final_hidden, (prompt_lens - 1)[:, None, None],
                                    axis=1)[:, 0]
 
-    def _logits(self, params, h):
-        heads = nnx.merge(self.graphdef, params["heads"])
-        return to_target_logits(heads(h), params["draft_ids"], self.head_cfg.vocab_size)
-
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
-        logits = self._logits(params, state)  # [B, K, V]: head d drafts depth d + 1
+        heads = nnx.merge(self.graphdef, params["heads"])
+        draft_ids = params["draft_ids"]
+        # [B, K, Vd]: head d drafts depth d + 1, in the draft vocabulary (ids mapped at the end)
+        logits = heads(state)
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
-        B, V = logits.shape[0], logits.shape[-1]
+        B, Vd = logits.shape[0], logits.shape[-1]
         if self.tree is None:
             tokens, qs = [], []
             for i in range(self.max_k):
@@ -61,18 +59,23 @@ class MedusaDrafter:
                 tokens.append(tok)
                 qs.append(q_i)
             q = None if greedy else jnp.stack(qs, axis=1)
-            return DraftTree.chain(jnp.stack(tokens, axis=1), k, q), state, ctx.target_cache
+            draft = DraftTree.chain(jnp.stack(tokens, axis=1), k, q)
+        else:
+            def run(tokens, positions, c, offset, mask):  # level d + 1: head d + 1, every node
+                d = jnp.clip(positions[:, 0] - ctx.seq_len + 1, 1, self.max_k - 1)
+                lg = jnp.take_along_axis(logits, d[:, None, None], axis=1)  # [B, 1, Vd]
+                return jnp.broadcast_to(lg, (B, tokens.shape[1], Vd)), c
 
-        def run(tokens, positions, c, offset, mask):  # level d + 1: head d + 1, every node
-            d = jnp.clip(positions[:, 0] - ctx.seq_len + 1, 1, self.max_k - 1)
-            lg = jnp.take_along_axis(logits, d[:, None, None], axis=1)  # [B, 1, V]
-            return jnp.broadcast_to(lg, (B, tokens.shape[1], V)), c
-
-        dummy = KVCache(k=(), v=(), lengths=ctx.seq_len - 1)
-        kmax = jnp.max(k)
-        draft, _ = draft_tree_or_nothing(
-            lambda c: tree_draft(run, logits[:, 0], c, self.tree, ctx, greedy, kmax, k, V,
-                                 stop), dummy, self.tree, kmax, greedy, V)
+            dummy = KVCache(k=(), v=(), lengths=ctx.seq_len - 1)
+            kmax = jnp.max(k)
+            draft, _ = draft_tree_or_nothing(
+                lambda c: tree_draft(run, logits[:, 0], c, self.tree, ctx, greedy, kmax, k, Vd,
+                                     stop), dummy, self.tree, kmax, greedy, Vd)
+        q = draft.q
+        if q is not None:  # the draft distributions in the target vocabulary, for the verifier
+            V = self.head_cfg.vocab_size
+            q = jnp.zeros(q.shape[:-1] + (V,), q.dtype).at[..., draft_ids].set(q)
+        draft = dataclasses.replace(draft, tokens=jnp.take(draft_ids, draft.tokens), q=q)
         return draft, state, ctx.target_cache
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
