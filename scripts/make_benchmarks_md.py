@@ -350,7 +350,9 @@ def main():
     f = RES / "bench_decode.json"
     if f.exists():
         lines += decode_section(json.loads(f.read_text()))
-    for name, title in (("bench_builtin", "Speculative methods on the built-in prompts"),
+    for name, title in (("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
+                                                   "questions per category, 128 tokens)"),
+                        ("bench_builtin", "Speculative methods on the built-in prompts"),
                         ("bench_trees", "Token trees vs chains vs plain decoding (built-in "
                                         "prompts)"),
                         ("bench_spec_bench_full", "Spec-Bench full question file (480 "
