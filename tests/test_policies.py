@@ -34,3 +34,28 @@ def test_heuristic_schedule_by_hand():
         POLICIES.build("heuristic", {"start": "9"}, max_k=4)
     with pytest.raises(PolicyError, match="min_k 5 exceeds"):
         POLICIES.build("heuristic", {"min_k": "5"}, max_k=4)
+
+
+def test_gammatune_rule_by_hand():
+    p = POLICIES.build("gammatune", {"eta": "0.5"}, max_k=6)
+    # g: 6 -> rejected with 2 accepted: 0.5*2 + 0.5*6 = 4 -> full (4 of 4): 5 -> rejected
+    # with 0 accepted: 2.5 (rounds to 2, half to even) -> nothing drafted: kept
+    steps = [([6], [2]), ([4], [4]), ([5], [0]), ([0], [0]), ([2], [1])]
+    assert trace(p, steps) == [[6], [4], [5], [2], [2]]
+    st = p.init(1)
+    for n_draft, n_acc in steps:
+        st = p.update(st, None, jnp.asarray(n_draft), jnp.asarray(n_acc))
+    assert float(st[0]) == pytest.approx(0.5 * 1 + 0.5 * 2.5)
+    plus = POLICIES.build("gammatune+", {"threshold": "0.3"}, max_k=4)
+    from specjax.policies import DraftStep
+
+    probs = jnp.asarray([[0.2, 0.5, 0.3], [0.25, 0.25, 0.5]])
+    stop = plus.stop(plus.init(2), DraftStep(index=jnp.int32(0), token=jnp.zeros(2, jnp.int32),
+                                             probs=probs))
+    assert stop.tolist() == [False, False]
+    assert plus.stop(None, DraftStep(index=jnp.int32(0), token=jnp.zeros(1, jnp.int32),
+                                     probs=jnp.full((1, 4), 0.25))).tolist() == [True]
+    with pytest.raises(PolicyError, match="eta must be in"):
+        POLICIES.build("gammatune", {"eta": "0"}, max_k=4)
+    with pytest.raises(PolicyError, match="threshold must be in"):
+        POLICIES.build("gammatune+", {"threshold": "2"}, max_k=4)

@@ -1,6 +1,12 @@
 """Speculation-length policies, registered by name in :data:`POLICIES` (see :mod:`.base`)."""
 
-from specjax.policies import adaptive, confidence, fixed, heuristic  # noqa: F401  (registers)
+from specjax.policies import (  # noqa: F401  (registers)
+    adaptive,
+    confidence,
+    fixed,
+    gammatune,
+    heuristic,
+)
 from specjax.policies.adaptive import AdaptivePolicy
 from specjax.policies.base import POLICIES, DraftStep, Policy
 from specjax.policies.confidence import ConfidencePolicy
