@@ -84,7 +84,8 @@ def cmd_generate(args) -> int:
         items = BUILTIN_PROMPTS
     lm = _load(args)
     ids = _encode(lm, items, not args.no_chat_template)
-    drafter, policy, verifier = methods.build(args.method, lm, method_args)
+    drafter, policy, verifier = methods.build(args.method, lm, method_args,
+                                              batch=max(1, min(args.batch_size, len(ids))))
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
@@ -396,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
                         description="specjax train TASK --config FILE.py [--out-dir DIR] "
-                        "[--data DIR] [--max-steps-this-run N] [--no-plot] [--quiet]: trains "
+                        "[--data DIR] [--max-steps-this-run N] [--init-from HEAD_DIR] [--no-plot] [--quiet]: trains "
                         "the registered task TASK (specjax.train.TASKS) as the config file "
                         "(get_config() -> TrainConfig) says, resuming from the newest "
                         "checkpoint in its out_dir; the flags override the config's fields. "
@@ -455,6 +456,9 @@ def _train_flags(prog: str) -> argparse.ArgumentParser:
                     help="corpus directory (overrides the config's data)")
     tp.add_argument("--max-steps-this-run", type=int, default=None, metavar="N",
                     help="stop (with a checkpoint) after N steps in this process")
+    tp.add_argument("--init-from", metavar="HEAD_DIR",
+                    help="start from this trained head's parameters (overrides the config's "
+                    "init_from; read only when the run has no checkpoint yet)")
     tp.add_argument("--no-plot", action="store_true", help="do not write curves.png")
     tp.add_argument("--quiet", action="store_true", help="no progress bar")
     return tp
@@ -490,6 +494,7 @@ def cmd_train(args) -> int:
         raise CLIError(f"{opts.config}: a config for task {cfg.task!r}, not {args.task!r}")
     cfg = replace_from_flags(cfg, out_dir=opts.out_dir, data=opts.data,
                              max_steps_this_run=opts.max_steps_this_run,
+                             init_from=opts.init_from,
                              plot=False if opts.no_plot else None)
     summary = fit(cfg, progress=not opts.quiet)
     print(json.dumps(summary, indent=2, default=str))

@@ -14,8 +14,7 @@ from typing import Any, NamedTuple
 
 from specjax.drafters.base import DRAFTERS
 from specjax.errors import DrafterError
-from specjax.policies import POLICIES
-from specjax.policies.adaptive import default_cost
+from specjax.policies import POLICIES, cost_cache
 from specjax.verifiers import VERIFIERS
 
 METHODS = ("ar",) + tuple(DRAFTERS.names())
@@ -86,8 +85,11 @@ def _fold_legacy_tree_keys(name: str, args: dict) -> dict:
     return out
 
 
-def build(name: str, lm, args: dict[str, Any] | None = None) -> Method:
-    """Builds method ``name`` (its variant label after ``@`` is ignored) for the target."""
+def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
+    """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
+
+    ``batch`` is the batch size it will decode at: a cost-aware policy's verify-cost curve is
+    measured (and cached) for it (:mod:`specjax.policies.cost_cache`)."""
     args = dict(args or {})
     name = base_method(name)
     if name not in METHODS:
@@ -128,8 +130,10 @@ def build(name: str, lm, args: dict[str, Any] | None = None) -> Method:
             raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
                                f"{', '.join(accepted)}")
     drafter = DRAFTERS.build(name, d_args, lm)
-    if pol_name == "adaptive" and "cost" not in p_args:  # the curve that fits the target
-        p_args["cost"] = default_cost(lm)
+    if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
+        mode = p_args.get("cost")
+        if mode is None or str(mode).strip().lower() in cost_cache.MODES:
+            p_args["cost"] = cost_cache.measured_cost(lm, drafter.max_k, batch, mode=mode)
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
     verifier = None if ver_name in (None, "exact") else VERIFIERS.build(ver_name, v_args)
     return Method(drafter, policy, verifier)

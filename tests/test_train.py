@@ -426,3 +426,39 @@ def test_cli_train_runs_a_config_on_a_checkpoint_with_a_tokenizer(tmp_path, caps
     assert out["finished"] and out["resumed_from"] == 1 and out["curves"] is None
     assert (tmp_path / "run" / "head" / "head.npz").exists()
     assert not (tmp_path / "unused").exists()
+
+
+def test_init_from_starts_a_run_from_a_trained_head(corpus_dir, lm, tmp_path):
+    """A finished EAGLE-3 run's head starts another run (on another corpus, whose own draft
+    vocabulary would differ): the head's parameters and draft vocabulary are taken over;
+    heads of another variant and tasks without warm_start are refused."""
+    from specjax.heads.io import load_eagle_head
+
+    args = {"ttt_steps": 1, "draft_vocab": 16}
+    a = fit(small_config(corpus_dir, tmp_path / "a", task="eagle3", task_args=args,
+                         total_steps=2), lm=lm, progress=False)
+    head_a = Path(a["head"])
+    # a corpus of other tokens: its most frequent 16 are not corpus_dir's
+    other = write_corpus(tmp_path / "other", [
+        {**r, "tokens": [(t * 7 + 3) % VOCAB for t in r["tokens"]]}
+        for r in counting_records(40, seed=9, min_len=3, max_len=5)])
+    cfg_b = small_config(other, tmp_path / "b", task="eagle3", task_args=args, total_steps=2,
+                         lr=1e-9, warmup_steps=0, init_from=str(head_a))
+    task = TASKS.build("eagle3", {**args, "corpus": str(other)}, lm)
+    warm = task.warm_start(head_a)
+    _, _, state_a, ids_a, _ = load_eagle_head(head_a, lm.model)
+    assert not np.array_equal(np.asarray(task.frozen()["draft_ids"]), ids_a)
+    np.testing.assert_array_equal(np.asarray(warm.frozen()["draft_ids"]), ids_a)
+    for x, y in zip(jax.tree.leaves(warm.init_params(None)["head"]), jax.tree.leaves(state_a)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    b = fit(cfg_b, lm=lm, progress=False)
+    _, _, state_b, ids_b, _ = load_eagle_head(b["head"], lm.model)
+    np.testing.assert_array_equal(ids_b, ids_a)  # not the other corpus's vocabulary
+    for x, y in zip(jax.tree.leaves(state_b), jax.tree.leaves(state_a)):  # lr ~ 0
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-6)
+
+    with pytest.raises(ConfigError, match="other variant"):
+        TASKS.build("eagle1", {**args, "corpus": str(other)}, lm).warm_start(head_a)
+    with pytest.raises(ConfigError, match="cannot start from a trained head"):
+        fit(small_config(corpus_dir, tmp_path / "c", init_from=str(head_a)), lm=lm,
+            progress=False)

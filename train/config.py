@@ -77,6 +77,11 @@ class TrainConfig:
         a long recipe runs in chunks, each started by the same command. ``None``: run to
         ``total_steps``.
       plot: write ``out_dir/curves.png`` (needs matplotlib).
+      init_from: a head directory (as a finished run writes to ``out_dir/head``, or a shipped
+        head) whose parameters (and draft vocabulary) start this run instead of a fresh
+        initialisation: a recipe continued on a grown corpus, or in a later session whose
+        checkpoints are gone. Only read when ``out_dir`` holds no checkpoint yet; the
+        optimizer and the schedule start afresh.
     """
 
     task: str
@@ -105,6 +110,7 @@ class TrainConfig:
     keep_checkpoints: int = 3
     max_steps_this_run: int | None = None
     plot: bool = True
+    init_from: str | None = None
 
     def __post_init__(self):
         for name in ("task", "data", "out_dir", "model"):
@@ -135,6 +141,10 @@ class TrainConfig:
         if self.warmup_steps > self.total_steps:
             raise ConfigError(f"TrainConfig.warmup_steps ({self.warmup_steps}) must not exceed "
                               f"total_steps ({self.total_steps})")
+        if self.init_from is not None and (not isinstance(self.init_from, str)
+                                           or not self.init_from.strip()):
+            raise ConfigError(f"TrainConfig.init_from must be None or a head directory, got "
+                              f"{self.init_from!r}")
         m = self.max_steps_this_run
         if m is not None and (not _is_int(m) or m < 1):
             raise ConfigError("TrainConfig.max_steps_this_run must be None or an integer >= 1, "

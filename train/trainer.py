@@ -175,6 +175,15 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
             args["corpus"] = config.data  # e.g. EAGLE's draft vocabulary: the corpus's tokens
         task = TASKS.build(config.task, args, lm)
 
+    ckpt_dir = out / "checkpoints"
+    if config.init_from is not None and not _has_checkpoint(ckpt_dir):
+        warm = getattr(task, "warm_start", None)
+        if warm is None:
+            raise ConfigError(f"task {config.task!r} cannot start from a trained head "
+                              "(init_from): it has no warm_start()")
+        task = warm(config.init_from)
+        say(f"starting from the head in {config.init_from}")
+
     root = jax.random.key(config.seed)
     train_key = jax.random.fold_in(root, _TRAIN_STREAM)
     eval_key = jax.random.fold_in(root, _EVAL_STREAM)
@@ -183,7 +192,7 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
     tx, schedule = make_optimizer(config)
     opt_state = tx.init(params)
 
-    ckpt = Checkpointer(out / "checkpoints", config.keep_checkpoints)
+    ckpt = Checkpointer(ckpt_dir, config.keep_checkpoints)
     try:
         step, position, elapsed0, resumed_from = 0, None, 0.0, None
         latest = ckpt.latest_step()
@@ -302,6 +311,10 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
         return summary
     finally:
         ckpt.close()
+
+
+def _has_checkpoint(path: Path) -> bool:
+    return path.is_dir() and any(p.name.isdigit() for p in path.iterdir())
 
 
 def _resume(ckpt: Checkpointer, step: int, config: TrainConfig, corpus: dict,

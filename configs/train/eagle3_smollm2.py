@@ -10,7 +10,7 @@ def get_config() -> TrainConfig:
         task="eagle3",
         task_args={"ttt_steps": 3, "draft_vocab": 8192},
         model="smollm2-135m",
-        data="out/corpus_smollm2",
+        data="data/corpus_smollm2",
         out_dir="runs/eagle3_smollm2",
         seq_len=512,
         batch_size=8,

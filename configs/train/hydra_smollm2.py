@@ -12,7 +12,7 @@ def get_config() -> TrainConfig:
         task_args={"num_heads": 4, "mlp_layers": 4, "prefix_attention": True,
                    "draft_vocab": 8192},
         model="smollm2-135m",
-        data="out/corpus_smollm2",
+        data="data/corpus_smollm2",
         out_dir="runs/hydra_smollm2",
         seq_len=512,
         batch_size=8,

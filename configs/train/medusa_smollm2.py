@@ -10,7 +10,7 @@ def get_config() -> TrainConfig:
         task="medusa",
         task_args={"num_heads": 3, "draft_vocab": 8192, "shared_out": True},
         model="smollm2-135m",
-        data="out/corpus_smollm2",
+        data="data/corpus_smollm2",
         out_dir="runs/medusa_smollm2",
         seq_len=512,
         batch_size=8,

@@ -19,6 +19,7 @@ from specjax.bench.machine import machine_description, utc_now
 from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
 from specjax.methods import build, describe
+from specjax.policies.cost_cache import batch_bucket
 
 
 @dataclasses.dataclass
@@ -59,7 +60,17 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     sampling = SamplingParams(temperature=temperature, seed=seed)
     eos = tok.eos_ids
     encoded = [tok.encode_chat(it["prompt"]) for it in items]
-    built = {m: build(m, lm, method_args.get(m, {})) for m in methods}
+    built_at: dict[tuple[str, int], Any] = {}
+
+    def built_for(m: str, B: int):
+        """Method ``m`` built for batch size ``B`` (a cost-aware policy's curve is per batch
+        bucket; see specjax.policies.cost_cache)."""
+        key = (m, batch_bucket(B))
+        if key not in built_at:
+            built_at[key] = build(m, lm, method_args.get(m, {}), batch=B)
+        return built_at[key]
+
+    built = {m: built_for(m, batch_size) for m in methods}
     by_cat: dict[str, list[int]] = defaultdict(list)
     for i, it in enumerate(items):
         by_cat[it["category"]].append(i)
@@ -84,7 +95,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             toks, wall = peers[m](prompts)
             return Run(m, cat, rep, ids, sum(len(t) for t in toks), wall, 0, None, None, toks,
                        B)
-        d, pol, ver = built[m]
+        d, pol, ver = built_for(m, B)
 
         def gen():
             return generate(lm.model, prompts, max_new_tokens=max_new_tokens,

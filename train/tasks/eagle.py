@@ -24,11 +24,12 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from specjax.errors import ConfigError
 from specjax.heads.eagle import EagleHeadConfig, init_head
-from specjax.heads.io import save_eagle_head
+from specjax.heads.io import load_eagle_head, save_eagle_head
 from specjax.train.task import TASKS
 from specjax.train.tasks._target import draft_vocabulary, target_pass
 
@@ -177,6 +178,26 @@ class EagleTask:
             metrics[f"loss_{i}"] = step_loss
         metrics["loss"] = total
         return total, metrics
+
+    def warm_start(self, path) -> "EagleTask":
+        """This task starting from the trained head in ``path``: its parameters (as float32)
+        and its draft vocabulary replace the fresh ones.
+
+        Raises:
+          ConfigError: a head of another variant or shape than this task trains.
+          DrafterError: a head trained for another target, or a damaged head directory.
+        """
+        target = nnx.merge(self.target_graphdef, self._target_params)
+        cfg, graphdef, state, ids, _ = load_eagle_head(path, target, self._tokenizer)
+        mine = dataclasses.replace(self.head_cfg, draft_vocab=cfg.draft_vocab)
+        if cfg != mine:
+            diff = [f.name for f in dataclasses.fields(cfg)
+                    if getattr(cfg, f.name) != getattr(mine, f.name)]
+            raise ConfigError(f"{path}: a head with other {', '.join(diff)} than the "
+                              f"{self.name} task trains; it cannot start this run")
+        state = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), state)
+        return dataclasses.replace(self, head_cfg=cfg, head_graphdef=graphdef,
+                                   _init_state=state, _draft_ids=np.asarray(ids, np.int32))
 
     def save_head(self, params, path, meta):
         return save_eagle_head(path, self.head_cfg, params["head"], self._draft_ids,

@@ -1,0 +1,208 @@
+"""Verify-cost curves measured on the machine they are used on, cached per device and model.
+
+The cost-aware policies (``adaptive``) weigh the tokens a draft may win against what verifying
+it costs: ``cost[T - 1]``, the time of a target forward over ``T`` tokens relative to one token.
+That ratio depends on the host (a 2-core AVX-512 Xeon and an AMD EPYC differ by more than the
+draft lengths' margins), on the model, its dtype and quantization, and on the batch size. So
+the curve a policy gets is measured where it runs:
+
+* on first use, :func:`measured_cost` times the target forward at the engine's verify block
+  sizes for that ``max_k`` (the probe of ``specjax bench --verify-curve``, short: a 128-token
+  prefix, 3 repeats after a warm-up), in a few seconds to a minute;
+* the result is cached as JSON in ``$SPECJAX_CACHE_DIR/cost_curves`` (default
+  ``$XDG_CACHE_HOME/specjax`` or ``~/.cache/specjax``), one file per (device description,
+  model fingerprint, dtype, quantization, batch bucket), and reused after;
+* a file that is corrupt, written for another key or that stops short of the largest block
+  size now needed is measured again (with a warning) and replaced (block sizes in between
+  are interpolated);
+* ``SPECJAX_COST_CURVE=refresh`` (or ``--method-arg cost=refresh``) re-measures;
+  ``SPECJAX_COST_CURVE=builtin`` (or ``cost=builtin``) switches measuring off and uses the
+  curve shipped with specjax (:func:`specjax.policies.adaptive.default_cost`), as the test
+  suite does.
+
+Batch sizes are bucketed to 1, 4, 16 and 64 (the smallest bucket >= the batch; 64 above).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from specjax.buckets import verify_buckets
+from specjax.errors import PolicyError
+
+FORMAT = "specjax-cost-curve-1"
+MODE_ENV = "SPECJAX_COST_CURVE"
+CACHE_ENV = "SPECJAX_CACHE_DIR"
+MODES = ("auto", "builtin", "refresh")
+BATCH_BUCKETS = (1, 4, 16, 64)
+PREFIX = 128
+REPEATS = 3
+
+
+class CostCurveWarning(UserWarning):
+    """A cached cost curve could not be used or written (it is measured again / not kept)."""
+
+
+def cache_dir() -> Path:
+    """Where cost curves are cached: ``$SPECJAX_CACHE_DIR/cost_curves``, else
+    ``$XDG_CACHE_HOME/specjax/cost_curves``, else ``~/.cache/specjax/cost_curves``."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = str(Path(xdg) / "specjax")
+    return Path(root) / "cost_curves"
+
+
+def resolve_mode(mode: str | None = None) -> str:
+    """``mode``, else ``$SPECJAX_COST_CURVE``, else ``"auto"``; anything else is an error."""
+    src = "cost=" if mode is not None else f"${MODE_ENV}"
+    m = mode if mode is not None else os.environ.get(MODE_ENV, "auto")
+    m = (m or "auto").strip().lower()
+    if m not in MODES:
+        raise PolicyError(f"{src}{'' if mode is not None else '='}{m!r}: the cost-curve mode "
+                          f"must be one of {', '.join(MODES)}")
+    return m
+
+
+def batch_bucket(batch: int) -> int:
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise PolicyError(f"the batch size of a cost curve must be an integer >= 1, got "
+                          f"{batch!r}")
+    return next((b for b in BATCH_BUCKETS if b >= batch), BATCH_BUCKETS[-1])
+
+
+def device_description() -> str:
+    """The host CPU (name, cores) and the JAX device the forward runs on."""
+    import jax
+
+    from specjax.bench.machine import cpu_name
+
+    d = jax.devices()[0]
+    return f"{cpu_name()}, {os.cpu_count()} cores; {d.platform}:{d.device_kind}"
+
+
+def model_fingerprint(model) -> dict:
+    """What of the model the cost depends on: its config (shapes), dtype and quantization."""
+    from specjax.models.quant import quantization_of
+
+    m = getattr(model, "model", model)
+    cfg = json.dumps(m.cfg.to_dict(), sort_keys=True, default=str)
+    return {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
+            "dtype": str(getattr(m, "dtype", "float32")),
+            "quantization": quantization_of(m) or "none"}
+
+
+def curve_key(model, batch: int) -> dict:
+    return {"format": FORMAT, "device": device_description(), **model_fingerprint(model),
+            "batch": batch_bucket(batch)}
+
+
+def curve_path(key: dict, directory: Path | None = None) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return (directory or cache_dir()) / f"{digest}.json"
+
+
+def needed_ks(max_k: int) -> tuple[int, ...]:
+    """Block sizes the engine verifies with a drafter of ``max_k``: 1 and its buckets."""
+    return tuple(sorted({1, *verify_buckets(max_k)}))
+
+
+def _relative(data: dict, batch: int, max_T: int) -> tuple[float, ...]:
+    """``cost[T - 1]`` for T = 1 .. max_T, linearly interpolated between measured ks."""
+    ks = [int(k) for k in data["ks"]]
+    ys = [float(y) for y in data["relative"][str(batch)]]
+    if len(ys) != len(ks) or ks[0] != 1 or ks != sorted(set(ks)) or any(not y > 0 for y in ys):
+        raise ValueError(f"bad curve: ks={ks}, relative={ys}")
+    out = []
+    for T in range(1, max_T + 1):
+        j = next(i for i, k in enumerate(ks) if k >= T)
+        if ks[j] == T:
+            out.append(ys[j])
+        else:
+            w = (T - ks[j - 1]) / (ks[j] - ks[j - 1])
+            out.append((1 - w) * ys[j - 1] + w * ys[j])
+    return tuple(round(c / out[0], 4) for c in out)
+
+
+def _read(path: Path, key: dict, ks: tuple[int, ...]) -> tuple[tuple[float, ...] | None, str]:
+    """The cached curve, or ``(None, why it cannot be used)``."""
+    if not path.exists():
+        return None, "miss"
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key:
+            return None, f"{path} was written for another device or model"
+        have = {int(k) for k in data["ks"]}
+        if max(have) < max(ks):  # between measured sizes the curve is interpolated
+            return None, (f"{path} stops at block size {max(have)}, {max(ks)} is needed")
+        return _relative(data, key["batch"], max(ks)), "hit"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
+        return None, f"{path} is corrupt ({type(e).__name__}: {e})"
+
+
+def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
+                  directory: str | Path | None = None,
+                  measure: Callable[..., dict] | None = None,
+                  say: Callable[[str], None] | None = None) -> tuple[float, ...]:
+    """The verify-cost curve (``cost[T - 1]`` for ``T = 1 .. max(needed block size)``) for
+    target ``lm`` on this machine at batch ``batch``: from the cache, else measured and
+    cached (see the module docstring).
+
+    Args:
+      lm: the target (a LoadedModel or a Llama).
+      max_k: the drafter's maximum draft length (the curve covers its verify buckets).
+      batch: the batch size (bucketed).
+      mode: ``"auto"``, ``"builtin"`` or ``"refresh"`` (default: ``$SPECJAX_COST_CURVE``,
+        else auto).
+      directory: the cache directory (default :func:`cache_dir`).
+      measure: the probe, ``measure(lm, ks=..., batches=(B,), prefix=..., repeats=...)``
+        returning the ``verify_curve`` JSON layout (default
+        :func:`specjax.bench.curve.verify_curve`; tests pass a fake).
+      say: where the one-line "measuring ..." notice goes (default: stderr).
+
+    Raises:
+      PolicyError: an unknown mode, a bad batch size or max_k.
+    """
+    m = resolve_mode(mode)
+    if not isinstance(max_k, int) or isinstance(max_k, bool) or max_k < 1:
+        raise PolicyError(f"a cost curve needs max_k >= 1, got {max_k!r}")
+    if m == "builtin":
+        from specjax.policies.adaptive import default_cost
+
+        return default_cost(lm)
+    key = curve_key(lm, batch)
+    ks = needed_ks(max_k)
+    path = curve_path(key, Path(directory) if directory is not None else None)
+    if m == "auto":
+        curve, why = _read(path, key, ks)
+        if curve is not None:
+            return curve
+        if why != "miss":
+            warnings.warn(f"cost curve: {why}; measuring it again", CostCurveWarning,
+                          stacklevel=2)
+    if measure is None:
+        from specjax.bench.curve import verify_curve as measure
+    (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
+        f"measuring the verify-cost curve of this machine (block sizes {list(ks)}, batch "
+        f"{key['batch']}); cached in {path.parent}")
+    data = measure(lm, ks=ks, batches=(key["batch"],), prefix=PREFIX, repeats=REPEATS)
+    from specjax.bench.machine import utc_now
+
+    data = {**data, "key": key, "measured_at": utc_now(),
+            "command": "specjax.policies.cost_cache.measured_cost"}
+    curve = _relative(data, key["batch"], max(ks))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(f"cost curve: could not cache it in {path} ({e}); it is measured again "
+                      "next time", CostCurveWarning, stacklevel=2)
+    return curve

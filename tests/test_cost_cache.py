@@ -1,0 +1,123 @@
+"""Verify-cost curves measured on first use and cached per device, model and batch bucket
+(specjax.policies.cost_cache): hit, miss, refresh, built-in, and stale or corrupt files."""
+
+import json
+
+import pytest
+
+from specjax import methods
+from specjax.config import tiny_config
+from specjax.errors import PolicyError
+from specjax.models.loaders import LoadedModel, random_model
+from specjax.policies import cost_cache as cc
+from specjax.policies.adaptive import default_cost
+
+
+@pytest.fixture(scope="module")
+def lm():
+    cfg = tiny_config(vocab_size=64)
+    return LoadedModel(random_model(cfg, seed=0), None, cfg, "random:tiny", "random")
+
+
+@pytest.fixture(autouse=True)
+def auto_mode(monkeypatch):
+    monkeypatch.setenv(cc.MODE_ENV, "auto")  # the suite's default is "builtin" (conftest)
+
+
+class FakeProbe:
+    """Stands in for verify_curve: seconds grow linearly with k, counts its calls."""
+
+    def __init__(self, slope=0.25):
+        self.calls, self.slope = [], slope
+
+    def __call__(self, lm, *, ks, batches, prefix, repeats):
+        self.calls.append(tuple(ks))
+        secs = [1.0 + self.slope * (k - 1) for k in ks]
+        return {"ks": list(ks), "batches": list(batches), "prefix": prefix,
+                "seconds": {str(b): secs for b in batches},
+                "relative": {str(b): [s / secs[0] for s in secs] for b in batches}}
+
+
+def test_miss_measures_and_caches_then_hits(lm, tmp_path):
+    probe = FakeProbe()
+    curve = cc.measured_cost(lm, 8, 1, mode="auto", directory=tmp_path, measure=probe,
+                             say=lambda s: None)
+    assert probe.calls == [(1, 2, 4, 8, 9)]  # the engine's verify block sizes for k = 8
+    # T = 1..9, interpolated between the measured block sizes: 1 + 0.25 (T - 1)
+    assert curve == pytest.approx([1 + 0.25 * (T - 1) for T in range(1, 10)])
+    files = list(tmp_path.glob("*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["key"]["batch"] == 1
+    again = cc.measured_cost(lm, 8, 1, mode="auto", directory=tmp_path, measure=probe)
+    assert again == curve and len(probe.calls) == 1  # a hit: nothing measured
+    # a smaller k reads the same file; batch 3 is in bucket 4: another file, measured
+    assert cc.measured_cost(lm, 4, 1, directory=tmp_path, measure=probe) == curve[:5]
+    assert cc.measured_cost(lm, 2, 1, directory=tmp_path, measure=probe) == curve[:3]
+    assert len(probe.calls) == 1
+    cc.measured_cost(lm, 8, 3, directory=tmp_path, measure=probe, say=lambda s: None)
+    assert len(probe.calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    # refresh measures again and replaces the file
+    cc.measured_cost(lm, 8, 1, mode="refresh", directory=tmp_path, measure=FakeProbe(0.5),
+                     say=lambda s: None)
+    assert cc.measured_cost(lm, 8, 1, directory=tmp_path, measure=probe)[1] == 1.5
+
+
+def test_stale_and_corrupt_files_are_measured_again(lm, tmp_path):
+    probe = FakeProbe()
+    kw = dict(directory=tmp_path, measure=probe, say=lambda s: None)
+    cc.measured_cost(lm, 4, 1, **kw)
+    (path,) = tmp_path.glob("*.json")
+    # a larger k needs block sizes the file lacks
+    with pytest.warns(cc.CostCurveWarning, match=r"stops at block size 5, 9 is needed"):
+        cc.measured_cost(lm, 8, 1, **kw)
+    assert probe.calls[-1] == (1, 2, 4, 8, 9)
+    path.write_text("{not json")
+    with pytest.warns(cc.CostCurveWarning, match="is corrupt"):
+        cc.measured_cost(lm, 8, 1, **kw)
+    data = json.loads(path.read_text())
+    data["key"]["device"] = "another machine"
+    path.write_text(json.dumps(data))
+    with pytest.warns(cc.CostCurveWarning, match="another device or model"):
+        cc.measured_cost(lm, 8, 1, **kw)
+    data = json.loads(path.read_text())
+    data["relative"]["1"][2] = -1.0
+    path.write_text(json.dumps(data))
+    with pytest.warns(cc.CostCurveWarning, match="is corrupt"):
+        cc.measured_cost(lm, 8, 1, **kw)
+    assert len(probe.calls) == 5
+
+
+def test_builtin_mode_and_bad_settings(lm, tmp_path, monkeypatch):
+    probe = FakeProbe()
+    assert cc.measured_cost(lm, 8, 1, mode="builtin", directory=tmp_path,
+                            measure=probe) == default_cost(lm)
+    monkeypatch.setenv(cc.MODE_ENV, "builtin")
+    assert cc.measured_cost(lm, 8, 1, directory=tmp_path, measure=probe) == default_cost(lm)
+    assert probe.calls == [] and not list(tmp_path.iterdir())
+    monkeypatch.setenv(cc.MODE_ENV, "sometimes")
+    with pytest.raises(PolicyError, match=r"\$SPECJAX_COST_CURVE='sometimes'.*auto, builtin"):
+        cc.measured_cost(lm, 8, 1, directory=tmp_path, measure=probe)
+    with pytest.raises(PolicyError, match="batch size of a cost curve"):
+        cc.measured_cost(lm, 8, 0, mode="auto", directory=tmp_path, measure=probe)
+    # an unwritable cache: a warning, and the measured curve all the same
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.warns(cc.CostCurveWarning, match="could not cache it"):
+        curve = cc.measured_cost(lm, 2, 1, mode="auto", directory=blocker / "sub",
+                                 measure=probe, say=lambda s: None)
+    assert curve == pytest.approx([1.0, 1.25, 1.5])
+
+
+def test_methods_build_measures_with_the_real_probe(lm, tmp_path, monkeypatch):
+    """The adaptive policy built by specjax.methods gets this machine's curve (a real, short
+    measurement on the tiny model), cached in SPECJAX_CACHE_DIR; cost=builtin opts out."""
+    monkeypatch.setenv(cc.MODE_ENV, "auto")
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    m = methods.build("prompt_lookup", lm, {"k": "4", "policy": "adaptive"}, batch=1)
+    (path,) = (tmp_path / "cost_curves").glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["ks"] == [1, 2, 4, 5] and data["key"]["device"] == cc.device_description()
+    assert len(m.policy.cost) == 5 and m.policy.cost[0] == 1.0
+    assert all(c > 0 for c in m.policy.cost)
+    b = methods.build("prompt_lookup", lm, {"k": "4", "policy": "adaptive",
+                                            "cost": "builtin"})
+    assert b.policy.cost == default_cost(lm)
