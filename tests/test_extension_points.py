@@ -244,7 +244,8 @@ PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")}
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
                 if not p.startswith("_")})
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model
-               "gammatune+": {"threshold": "0.022"}}
+               "gammatune+": {"threshold": "0.022"},
+               "smartspec": {"prior": "0.95", "per_row": "true"}}  # drafts, then backs off
 
 
 @pytest.mark.parametrize("drafter,policy", PAIRS, ids=[f"{d}-{p}" for d, p in PAIRS])

@@ -59,3 +59,34 @@ def test_gammatune_rule_by_hand():
         POLICIES.build("gammatune", {"eta": "0"}, max_k=4)
     with pytest.raises(PolicyError, match="threshold must be in"):
         POLICIES.build("gammatune+", {"threshold": "2"}, max_k=4)
+
+
+def test_smartspec_goodput_by_hand():
+    # max_k 4: verify buckets 1, 2, 4, 5, so k = 0..4 pays cost[T - 1] at T = 1, 2, 4, 4, 5
+    cost = "1,1.5,2,2.5,3"
+    p = POLICIES.build("smartspec", {"cost": cost, "prior": "0.5", "ema": "0.5"}, max_k=4)
+    t = [1.0, 1.5, 2.5, 2.5, 3.0]
+    np.testing.assert_allclose(np.asarray(p.step_cost()), t)
+    # a = 0.5: E(k) = 2 (1 - 0.5^(k+1)) = 1, 1.5, 1.75, 1.875, 1.9375; E/T: 1, 1, 0.7, 0.75,
+    # 0.646 -> argmax picks the first maximum, k = 0; rows 0.9 and 0.5 together:
+    # a = 0.9: E = 1, 1.9, 2.71, 3.439, 4.0951; sums/T: 2, 2.267, 1.784, 2.126, 2.011 -> k = 1
+    st = jnp.asarray([0.9, 0.5])
+    assert np.asarray(p.decide(st, None)).tolist() == [1, 1]
+    per_row = POLICIES.build("smartspec", {"cost": cost, "per_row": "true"}, max_k=4)
+    # row 0.9: E/T = 1, 1.267, 1.084, 1.376, 1.365 -> 3; row 0.5 -> 0
+    assert np.asarray(per_row.decide(st, None)).tolist() == [3, 0]
+    # update: drafted 4 accepted 1 -> rate 1/2; drafted 2 accepted 2 -> 1; nothing drafted ->
+    # relax 5% towards the prior 0.5
+    new = p.update(jnp.asarray([0.9, 0.5, 0.9]), None, jnp.asarray([4, 2, 0]),
+                   jnp.asarray([1, 2, 0]))
+    np.testing.assert_allclose(np.asarray(new), [0.7, 0.75, 0.9 + 0.05 * (0.5 - 0.9)],
+                               rtol=1e-6)
+    # a drafting cost makes long drafts worse: at 0.2 per draft step, T = 1, 1.7, 2.9, 3.1,
+    # 3.8 and row 0.9's E/T = 1, 1.118, 0.934, 1.109, 1.078 -> k = 1
+    dc = POLICIES.build("smartspec", {"cost": cost, "per_row": "true", "draft_cost": "0.2"},
+                        max_k=4)
+    assert np.asarray(dc.decide(jnp.asarray([0.9]), None)).tolist() == [1]
+    with pytest.raises(PolicyError, match="prior must be in"):
+        POLICIES.build("smartspec", {"prior": "1.0", "cost": cost}, max_k=4)
+    with pytest.raises(PolicyError, match="draft_cost must be >= 0"):
+        POLICIES.build("smartspec", {"draft_cost": "-1", "cost": cost}, max_k=4)

@@ -6,6 +6,7 @@ from specjax.policies import (  # noqa: F401  (registers)
     fixed,
     gammatune,
     heuristic,
+    smartspec,
 )
 from specjax.policies.adaptive import AdaptivePolicy
 from specjax.policies.base import POLICIES, DraftStep, Policy

@@ -86,6 +86,21 @@ DEFAULT_COST = load_cost_curve(str(_CURVES / "smollm2-135m_float32.json"), 1)
 DEFAULT_COST_W8A8 = load_cost_curve(str(_CURVES / "smollm2-135m_w8a8.json"), 1)
 
 
+def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
+    """``cost[k]`` for drafting k = 0..max_k: the relative cost of the verify block the engine
+    runs for ``k + 1`` tokens (its bucketed size; linearly extrapolated past the curve)."""
+    buckets = verify_buckets(max_k)
+    out = []
+    for k in range(max_k + 1):
+        T = next(b for b in buckets if b >= k + 1)
+        c = cost[min(T, len(cost)) - 1]
+        if T > len(cost):  # extrapolate linearly from the last two points
+            slope = (cost[-1] - cost[-2]) if len(cost) > 1 else 0.1
+            c = cost[-1] + slope * (T - len(cost))
+        out.append(c)
+    return jnp.asarray(out, jnp.float32)
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AdaptiveState:
@@ -130,17 +145,7 @@ class AdaptivePolicy:
             raise PolicyError("cost must be a non-empty list of positive relative costs")
 
     def _bucketed_cost(self) -> jnp.ndarray:
-        """cost[k] for drafting k = 0..max_k, at the engine's bucketed block size."""
-        buckets = verify_buckets(self.max_k)
-        out = []
-        for k in range(self.max_k + 1):
-            T = next(b for b in buckets if b >= k + 1)
-            c = self.cost[min(T, len(self.cost)) - 1]
-            if T > len(self.cost):  # extrapolate linearly from the last two points
-                slope = (self.cost[-1] - self.cost[-2]) if len(self.cost) > 1 else 0.1
-                c = self.cost[-1] + slope * (T - len(self.cost))
-            out.append(c)
-        return jnp.asarray(out, jnp.float32)
+        return bucketed_cost(self.cost, self.max_k)
 
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)
