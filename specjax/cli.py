@@ -368,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new prompt batches after this long; the summary covers "
                    "what finished (categories are sampled round robin, so alike); 0 with "
                    "--journal: run nothing, report the journal")
+    b.add_argument("--batch-table", metavar="FILE.json",
+                   help="write the batch-size-to-k table of each drafting method (run with "
+                   "policy=fixed at its maximum k) for the batch_table policy: the k "
+                   "maximising expected tokens per step cost at each batch size (one method: "
+                   "FILE; several: FILE with _METHOD before the suffix)")
     b.add_argument("--verify-curve", action="store_true",
                    help="instead: time one target forward over k tokens vs k = 1")
     b.add_argument("--curve-ks", default="1,2,4,8,16,32,64",

@@ -135,6 +135,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
         if mode is None or str(mode).strip().lower() in cost_cache.MODES:
             p_args["cost"] = cost_cache.measured_cost(lm, drafter.max_k, batch, mode=mode)
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
+    if hasattr(policy, "check_target"):  # e.g. a profiled table: for this model and device?
+        policy.check_target(lm)
     verifier = None if ver_name in (None, "exact") else VERIFIERS.build(ver_name, v_args)
     return Method(drafter, policy, verifier)
 

@@ -250,10 +250,16 @@ POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny 
 
 @pytest.mark.parametrize("drafter,policy", PAIRS, ids=[f"{d}-{p}" for d, p in PAIRS])
 def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, drafter,
-                                                        policy):
+                                                        policy, tmp_path):
     """Every registered drafter and every registered policy (see PAIRS), batch 1 and 3 (mixed
     prompt lengths): token for token plain decoding."""
     args = {"policy": policy, **POLICY_ARGS.get(policy, {})}
+    if policy == "batch_table":  # a profiled table: k 3 at batch 1, 1 from batch 2 on
+        from specjax.policies.batch_table import FORMAT, table_key, write_table
+
+        args["table"] = str(write_table(tmp_path / "t.json", {
+            "format": FORMAT, "key": table_key(target), "entries": {"1": {"k": 3},
+                                                                    "2": {"k": 1}}}))
     if drafter == "early_exit":
         args["exit_layer"] = "2"
     m = methods.build(drafter, target, args)

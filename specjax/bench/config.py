@@ -58,6 +58,7 @@ class BenchConfig:
     curve_batches: tuple[int, ...] = (1, 4, 16)
     curve_prefix: int = 256
     in_loop: bool = False
+    batch_table: str | None = None
 
     def __post_init__(self):
         if isinstance(self.methods, str) or not self.methods or not all(
@@ -118,7 +119,8 @@ class BenchConfig:
         for flag, val in (("--categories", self.categories), ("--limit", self.limit),
                           ("--batch-sizes", self.batch_sizes), ("--peer", self.peer),
                           ("--output", self.output), ("--plot", self.plot),
-                          ("--journal", self.journal), ("--time-limit", self.time_limit)):
+                          ("--journal", self.journal), ("--time-limit", self.time_limit),
+                          ("--batch-table", self.batch_table)):
             if val is not None:
                 out += [flag, _fmt(val)]
         if self.verify_curve:  # every curve setting, whatever the flags' defaults
@@ -162,4 +164,5 @@ class BenchConfig:
             temperature=args.temperature, repeats=args.repeats, peer=args.peer,
             output=args.output, plot=args.plot, journal=args.journal,
             time_limit=args.time_limit, verify_curve=args.verify_curve, in_loop=args.in_loop,
+            batch_table=args.batch_table,
             **curve)

@@ -105,6 +105,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         raise BenchError(f"--peer {config.peer} runs the float weights, so it cannot stand "
                          f"beside a --quantize {quantize} target; drop one of the two")
     batch_sizes = parse_batch_sizes(_csv(config.batch_sizes))
+    if config.batch_table:
+        _table_methods(config, methods)
     if config.batch_size < 1:
         raise BenchError(f"--batch-size must be >= 1, got {config.batch_size}")
     cats = list(config.categories) if config.categories else None
@@ -152,7 +154,61 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize})
     print(format_table(summary))
+    if config.batch_table:
+        summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)
     return _save(summary, config, plot)
+
+
+def _table_methods(config: BenchConfig, methods: list[str]) -> list[str]:
+    """The drafting methods a ``--batch-table`` is profiled for (each must run the fixed
+    policy: the acceptance by position of a policy that varies k is not the drafter's)."""
+    from specjax.methods import DEFAULTS, base_method
+
+    out = []
+    for m in methods:
+        if base_method(m) == "ar":
+            continue
+        pol = {**DEFAULTS.get(base_method(m), {}), **config.method_args.get(m, {})}.get(
+            "policy", "fixed")
+        if pol != "fixed":
+            raise BenchError(f"--batch-table profiles a drafter at its maximum k: run {m} with "
+                             f"--method-arg {m}.policy=fixed (it has policy={pol})")
+        out.append(m)
+    if not out:
+        raise BenchError("--batch-table needs a drafting method in --methods")
+    return out
+
+
+def write_batch_tables(config: BenchConfig, lm, summary: dict, methods: list[str],
+                       argv) -> dict[str, str]:
+    """Writes the batch-size-to-k table of every drafting method (see
+    :mod:`specjax.policies.batch_table`); returns ``{method: path}``."""
+    from specjax.bench.machine import utc_now
+    from specjax.policies.batch_table import make_batch_table, table_key, write_table
+    from specjax.policies.cost_cache import measured_cost
+
+    names = _table_methods(config, methods)
+    rows: dict[str, dict[int, dict]] = {m: {} for m in names}
+    for r in summary.get("by_batch_size", {}).get("rows", []):
+        if r["method"] in rows:
+            rows[r["method"]][r["batch_size"]] = r
+    for r in summary["rows"]:
+        if r["method"] in rows and r["category"] == "ALL":
+            rows[r["method"]].setdefault(config.batch_size, r)
+    out = {}
+    base = Path(config.batch_table)
+    for m in names:
+        path = base if len(names) == 1 else base.with_name(f"{base.stem}_{m}{base.suffix}")
+        table = make_batch_table(
+            m, rows[m], lambda K, B: measured_cost(lm, K, B), table_key(lm),
+            {"created": utc_now(), "command": "specjax bench " + " ".join(argv or []),
+             "model": config.model, "prompts": config.prompts})
+        write_table(path, table)
+        print(f"batch table for {m}: " + ", ".join(
+            f"B={b}: k={e['k']}" for b, e in table["entries"].items()) + f" -> {path}",
+            file=sys.stderr)
+        out[m] = str(path)
+    return out
 
 
 def _save(result: dict, config, plotter) -> int:

@@ -2,6 +2,7 @@
 
 from specjax.policies import (  # noqa: F401  (registers)
     adaptive,
+    batch_table,
     confidence,
     fixed,
     gammatune,
