@@ -34,21 +34,33 @@ class FeatureSpec:
         returned; ``-1`` is the last block.
       final_hidden: the last hidden state after the final norm (the LM head's input).
       logits: the target's float32 logits.
+      top_ids: when > 0, the ids of the target's ``top_ids`` most likely next tokens
+        (``int32[..., top_ids]``, best first), without handing over the logits.
     """
 
     layers: tuple[int, ...] = ()
     final_hidden: bool = False
     logits: bool = False
+    top_ids: int = 0
 
     def __post_init__(self):
         if not isinstance(self.layers, tuple) or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in self.layers):
             raise DrafterError(f"FeatureSpec.layers must be a tuple of layer indices, got "
                                f"{self.layers!r}")
+        if not isinstance(self.top_ids, int) or isinstance(self.top_ids, bool) or \
+                self.top_ids < 0:
+            raise DrafterError(f"FeatureSpec.top_ids must be an integer >= 0, got "
+                               f"{self.top_ids!r}")
 
     @property
     def empty(self) -> bool:
-        return not (self.layers or self.final_hidden or self.logits)
+        return not (self.layers or self.final_hidden or self.logits or self.top_ids)
+
+    @property
+    def all_logits(self) -> bool:
+        """The forward must compute the logits of every token (not just the last)."""
+        return self.logits or self.top_ids > 0
 
     def check(self, num_layers: int) -> None:
         bad = [i for i in self.layers if not -1 <= i < num_layers]
@@ -70,11 +82,13 @@ class Features:
       hidden: one ``[B, T, D]`` array per declared layer, in declaration order.
       final_hidden: ``[B, T, D]`` or None.
       logits: ``float32[B, T, V]`` or None.
+      top_ids: ``int32[B, T, top_ids]`` or None.
     """
 
     hidden: tuple[jax.Array, ...] = ()
     final_hidden: jax.Array | None = None
     logits: jax.Array | None = None
+    top_ids: jax.Array | None = None
 
     def map(self, fn) -> "Features":
         """Applies ``fn`` to every array (each has the token axis at 1)."""
@@ -89,9 +103,12 @@ def forward_kwargs(spec: FeatureSpec) -> dict:
 def from_output(spec: FeatureSpec, out) -> Features:
     """The declared features of a forward's output (``hidden_layers`` as in
     :func:`forward_kwargs`; the logits of every token)."""
+    top = None
+    if spec.top_ids:
+        top = jax.lax.top_k(out.logits, spec.top_ids)[1].astype(jnp.int32)
     return Features(hidden=tuple(out.hidden) if spec.layers else (),
                     final_hidden=out.final_hidden if spec.final_hidden else None,
-                    logits=out.logits if spec.logits else None)
+                    logits=out.logits if spec.logits else None, top_ids=top)
 
 
 def pad_tokens(f: Features, T: int) -> Features:

@@ -164,10 +164,10 @@ class DecodeLoop:
         cache = target.init_cache(B, cache_len)
         positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
         last = (lengths - 1)[:, None]
-        out = target(tokens, positions, cache, logits_index=None if fs.logits else last,
+        out = target(tokens, positions, cache, logits_index=None if fs.all_logits else last,
                      prefix_empty=True, **forward_kwargs(fs))
         cache = out.cache.with_lengths(lengths)
-        logits = (jnp.take_along_axis(out.logits, last[..., None], axis=1) if fs.logits
+        logits = (jnp.take_along_axis(out.logits, last[..., None], axis=1) if fs.all_logits
                   else out.logits)[:, 0]
         first = _sample(logits, fold(keys, 0), self.greedy, sampling)
         live = max_new > 0

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from specjax import cost_curves
 from specjax.drafters.base import DRAFTERS
 from specjax.errors import DrafterError
-from specjax.policies import POLICIES, cost_cache
+from specjax.policies import POLICIES
 from specjax.verifiers import VERIFIERS
 
 METHODS = ("ar",) + tuple(DRAFTERS.names())
@@ -89,7 +90,7 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's verify-cost curve is
-    measured (and cached) for it (:mod:`specjax.policies.cost_cache`)."""
+    measured (and cached) for it (:mod:`specjax.cost_curves`)."""
     args = dict(args or {})
     name = base_method(name)
     if name not in METHODS:
@@ -132,8 +133,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     drafter = DRAFTERS.build(name, d_args, lm)
     if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
         mode = p_args.get("cost")
-        if mode is None or str(mode).strip().lower() in cost_cache.MODES:
-            p_args["cost"] = cost_cache.measured_cost(lm, drafter.max_k, batch, mode=mode)
+        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
+            p_args["cost"] = cost_curves.measured_cost(lm, drafter.max_k, batch, mode=mode)
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
     if hasattr(policy, "check_target"):  # e.g. a profiled table: for this model and device?
         policy.check_target(lm)

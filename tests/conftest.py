@@ -9,7 +9,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1 "
                       "--xla_backend_optimization_level=0")
 # cost-aware policies would measure this machine's verify-cost curve on first use (and cache
 # it in the user's cache directory): the suite uses the built-in curve, except the tests of
-# that cache (tests/test_cost_cache.py), which set the mode and a temporary directory
+# that cache (tests/test_cost_curves.py), which set the mode and a temporary directory
 os.environ.setdefault("SPECJAX_COST_CURVE", "builtin")
 
 

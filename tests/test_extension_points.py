@@ -301,7 +301,7 @@ def test_typed_method_options(target):
     with pytest.raises(DrafterError, match="decay= only applies to policy=adaptive"):
         methods.build("early_exit", target, {"decay": "0.5"})
     with pytest.raises(DrafterError, match="threshold= only applies to policy=confidence or "
-                       "verifier=typical"):
+                       "policy=gammatune\\+ or verifier=typical"):
         methods.build("early_exit", target, {"threshold": "0.5"})
     with pytest.raises(DrafterError, match="unknown verifier 'fuzzy'; available: "
                        "chain_sampling, greedy"):

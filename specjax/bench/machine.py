@@ -9,15 +9,7 @@ import platform
 import shlex
 from pathlib import Path
 
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from specjax.fingerprint import cpu_name  # noqa: F401  (re-exported)
 
 
 def machine_description() -> str:

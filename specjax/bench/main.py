@@ -185,7 +185,7 @@ def write_batch_tables(config: BenchConfig, lm, summary: dict, methods: list[str
     :mod:`specjax.policies.batch_table`); returns ``{method: path}``."""
     from specjax.bench.machine import utc_now
     from specjax.policies.batch_table import make_batch_table, table_key, write_table
-    from specjax.policies.cost_cache import measured_cost
+    from specjax.cost_curves import measured_cost
 
     names = _table_methods(config, methods)
     rows: dict[str, dict[int, dict]] = {m: {} for m in names}

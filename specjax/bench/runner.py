@@ -19,7 +19,7 @@ from specjax.bench.machine import machine_description, utc_now
 from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
 from specjax.methods import build, describe
-from specjax.policies.cost_cache import batch_bucket
+from specjax.cost_curves import batch_bucket
 
 
 @dataclasses.dataclass
@@ -64,7 +64,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
 
     def built_for(m: str, B: int):
         """Method ``m`` built for batch size ``B`` (a cost-aware policy's curve is per batch
-        bucket; see specjax.policies.cost_cache)."""
+        bucket; see specjax.cost_curves)."""
         key = (m, batch_bucket(B))
         if key not in built_at:
             built_at[key] = build(m, lm, method_args.get(m, {}), batch=B)

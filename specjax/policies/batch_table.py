@@ -9,7 +9,7 @@ maximises expected tokens per unit step time::
 
 where ``a_j`` is the measured acceptance of draft position ``j`` (the fraction of steps whose
 first ``j`` drafts were all accepted), ``verify_B`` the verify-cost curve of batch ``B`` on this
-machine (:mod:`specjax.policies.cost_cache`) and ``d_B`` the drafting cost per token, solved
+machine (:mod:`specjax.cost_curves`) and ``d_B`` the drafting cost per token, solved
 from the same run: a step of the ``k = K`` run cost ``tau / decode speedup`` plain steps, of
 which ``verify_B(K + 1)`` was the verify forward. ``k = 0`` (plain decoding) is a candidate.
 
@@ -75,7 +75,7 @@ def make_batch_table(method: str, rows: dict[int, dict], cost_for: Callable[[int
 
 def table_key(lm) -> dict:
     """What a table is valid for: this machine and this model (shapes, dtype, quantization)."""
-    from specjax.policies.cost_cache import device_description, model_fingerprint
+    from specjax.fingerprint import device_description, model_fingerprint
 
     return {"device": device_description(), **model_fingerprint(lm)}
 

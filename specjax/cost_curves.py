@@ -35,6 +35,7 @@ from typing import Callable
 
 from specjax.buckets import verify_buckets
 from specjax.errors import PolicyError
+from specjax.fingerprint import device_description, model_fingerprint
 
 FORMAT = "specjax-cost-curve-1"
 MODE_ENV = "SPECJAX_COST_CURVE"
@@ -75,27 +76,6 @@ def batch_bucket(batch: int) -> int:
         raise PolicyError(f"the batch size of a cost curve must be an integer >= 1, got "
                           f"{batch!r}")
     return next((b for b in BATCH_BUCKETS if b >= batch), BATCH_BUCKETS[-1])
-
-
-def device_description() -> str:
-    """The host CPU (name, cores) and the JAX device the forward runs on."""
-    import jax
-
-    from specjax.bench.machine import cpu_name
-
-    d = jax.devices()[0]
-    return f"{cpu_name()}, {os.cpu_count()} cores; {d.platform}:{d.device_kind}"
-
-
-def model_fingerprint(model) -> dict:
-    """What of the model the cost depends on: its config (shapes), dtype and quantization."""
-    from specjax.models.quant import quantization_of
-
-    m = getattr(model, "model", model)
-    cfg = json.dumps(m.cfg.to_dict(), sort_keys=True, default=str)
-    return {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
-            "dtype": str(getattr(m, "dtype", "float32")),
-            "quantization": quantization_of(m) or "none"}
 
 
 def curve_key(model, batch: int) -> dict:
@@ -195,7 +175,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
     from specjax.bench.machine import utc_now
 
     data = {**data, "key": key, "measured_at": utc_now(),
-            "command": "specjax.policies.cost_cache.measured_cost"}
+            "command": "specjax.cost_curves.measured_cost"}
     curve = _relative(data, key["batch"], max(ks))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

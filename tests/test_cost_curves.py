@@ -1,5 +1,5 @@
 """Verify-cost curves measured on first use and cached per device, model and batch bucket
-(specjax.policies.cost_cache): hit, miss, refresh, built-in, and stale or corrupt files."""
+(specjax.cost_curves): hit, miss, refresh, built-in, and stale or corrupt files."""
 
 import json
 
@@ -9,7 +9,7 @@ from specjax import methods
 from specjax.config import tiny_config
 from specjax.errors import PolicyError
 from specjax.models.loaders import LoadedModel, random_model
-from specjax.policies import cost_cache as cc
+from specjax import cost_curves as cc
 from specjax.policies.adaptive import default_cost
 
 

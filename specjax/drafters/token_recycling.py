@@ -1,0 +1,156 @@
+"""Token Recycling (Luo et al., ACL 2025; card C16): the target's own top-k candidates,
+recycled as drafts.
+
+Every forward the target runs anyway (the prefill and each verify pass) ranks the whole
+vocabulary at every position; Token Recycling keeps, per token id ``t``, the ``width`` best
+next tokens the target last proposed after ``t``: an adjacency table ``table[t] = int32[width]``.
+A step drafts a static tree from the pending token by table look-ups alone: the children of
+a node holding token ``u`` are ``table[u][0], table[u][1], ...`` in the tree's sibling ranks.
+No draft model, no training, a few gathers per step.
+
+Here the table is per row (``int32[B, V, width]``; 1.5 MB per row for SmolLM2 at width 8),
+so a row's drafts never depend on what else is in the batch, and it is filled from the
+target's top ids at every prompt position (the prefill) and at every committed position of
+each step (the verify pass's features along the accepted path; the paper also recycles the
+rejected nodes' candidates: their contexts did not happen, so they are left out here). When a
+token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
+..., width - 1`` (junk that verification rejects). The table lives for one ``generate`` call
+(the paper keeps it across requests: a hot start, not done here).
+
+The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
+The default tree (``levels:4.3.2.1``: 10 nodes, depth 4; for another ``k`` its first
+``k`` levels, one node per level past the fourth) is chosen for a CPU, where a verify
+block costs about 1.5x a plain step at 4 tokens and 1.8x at 8 (docs/benchmarks.md), far
+from the paper's 80-node GPU tree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.tree import DraftTree, TreeSpec, parse_tree
+
+def _topology(spec: TreeSpec | None, k: int) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                      tuple[int, ...]]:
+    """(parent, sibling rank, depth) of each node, breadth-first (a chain: one per level)."""
+    parents = tuple(range(-1, k - 1)) if spec is None or spec.kind == "chain" else spec.parents
+    ranks, depth = [], []
+    for i, p in enumerate(parents):
+        ranks.append(sum(1 for q in parents[:i] if q == p))
+        depth.append(1 if p < 0 else depth[p] + 1)
+    return tuple(parents), tuple(ranks), tuple(depth)
+
+
+def _latest_only(tokens, valid):
+    """``valid`` and no later valid entry of the row holds the same token ``[B, T]``: the
+    entries a scatter keyed by token may write without a collision (the latest wins)."""
+    T = tokens.shape[1]
+    same = tokens[:, :, None] == tokens[:, None, :]  # [B, T(i), T(j)]
+    later = jnp.arange(T)[None, :] > jnp.arange(T)[:, None]  # j > i
+    shadowed = jnp.any(same & later[None] & valid[:, None, :], axis=2)
+    return valid & ~shadowed
+
+
+def record(table, tokens, top, valid):
+    """``table[b, tokens[b, t]] = top[b, t]`` where ``valid`` (latest occurrence wins)."""
+    B, V, _ = table.shape
+    keep = _latest_only(tokens, valid)
+    idx = jnp.where(keep, tokens, V)  # out of range: dropped
+    rows = jnp.broadcast_to(jnp.arange(B)[:, None], tokens.shape)
+    return table.at[rows, idx].set(top, mode="drop")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRecyclingConfig:
+    """Options of ``token_recycling``."""
+
+    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft depth"})
+    width: int = dataclasses.field(default=8, metadata={
+        "help": "candidates kept per token (the table's width; >= the tree's widest fan-out)"})
+    tree: TreeSpec | None = tree_field(4)
+
+    def __post_init__(self):
+        check_k(self.k)
+        if not isinstance(self.width, int) or isinstance(self.width, bool) or self.width < 1:
+            raise DrafterError(f"token_recycling: width must be an integer >= 1, got "
+                               f"{self.width!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenRecyclingDrafter:
+    max_k: int
+    width: int
+    vocab_size: int
+    tree: TreeSpec | None = None
+    name: str = "token_recycling"
+    deterministic: bool = True
+
+    @property
+    def features(self) -> FeatureSpec:
+        return FeatureSpec(top_ids=self.width)
+
+    def params(self):
+        return None
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        B, P = prompt_tokens.shape
+        junk = jnp.arange(self.width, dtype=jnp.int32)
+        table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
+        valid = jnp.arange(P)[None] < prompt_lens[:, None]
+        return record(table, prompt_tokens, features.top_ids, valid)
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        # no draft distribution: the mid-draft stop hook does not apply
+        parents, ranks, depth = _topology(self.tree, self.max_k)
+        B = ctx.seq.shape[0]
+        rows = jnp.arange(B)
+        toks = []
+        for p, r in zip(parents, ranks):
+            src = ctx.pending if p < 0 else toks[p]
+            toks.append(state[rows, src, r])
+        tokens = jnp.stack(toks, axis=1)
+        N = len(parents)
+        parent = jnp.broadcast_to(jnp.asarray(parents, jnp.int32)[None], (B, N))
+        dep = jnp.broadcast_to(jnp.asarray(depth, jnp.int32)[None], (B, N))
+        valid = dep <= jnp.where(ctx.live, k, 0)[:, None]
+        return DraftTree(tokens=tokens, parent=parent, depth=dep, valid=valid), state, \
+            ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        # committed this step: the root (the step's pending token), then the accepted nodes
+        B, D = path.shape
+        # ctx is after the step: the root sits n_acc + 1 tokens before the new pending one
+        root_at = ctx.seq_len - 2 - n_acc
+        root = jnp.take_along_axis(ctx.seq, jnp.maximum(root_at, 0)[:, None], axis=1)
+        nodes = jnp.take_along_axis(tree.tokens, jnp.maximum(path, 0), axis=1)
+        toks = jnp.concatenate([root, nodes], axis=1)  # [B, D + 1]
+        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None]
+        return record(state, toks, features.top_ids, valid)
+
+
+@DRAFTERS.register("token_recycling", config=TokenRecyclingConfig,
+                   doc="the target's own top-k candidates per token, from every verify pass, "
+                       "drafted as a static tree (model-free)")
+def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecyclingDrafter:
+    tree = cfg.tree
+    if tree is None:  # the default: the CPU tree's first k levels (one node per extra level)
+        widths = [min(w, cfg.width) for w in ([4, 3, 2, 1] + [1] * cfg.k)[:cfg.k]]
+        tree = parse_tree("levels:" + ".".join(map(str, widths)), k=cfg.k)
+    if tree is not None and tree.kind == "chain":
+        tree = None
+    if tree is not None and tree.kind != "fixed":
+        raise DrafterError(f"token_recycling drafts static trees (fixed:<choices> or "
+                           f"levels:<widths>) or chains; got {tree.kind!r}")
+    if tree is not None:
+        _, ranks, _ = _topology(tree, cfg.k)
+        if max(ranks) >= cfg.width:
+            raise DrafterError(f"token_recycling: the tree gives a node {max(ranks) + 1} "
+                               f"children, more than the table's width {cfg.width}")
+    model = getattr(target_lm, "model", target_lm)
+    return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
+                                 vocab_size=model.cfg.vocab_size, tree=tree)

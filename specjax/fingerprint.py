@@ -1,0 +1,40 @@
+"""What a measurement is valid for: the host and device it ran on, and the model's shapes,
+dtype and quantization. Used to key cached cost curves and profiled batch tables (no other
+specjax import: policies may use it)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_description() -> str:
+    """The host CPU (name, cores) and the JAX device the forward runs on."""
+    import jax
+
+    d = jax.devices()[0]
+    return f"{cpu_name()}, {os.cpu_count()} cores; {d.platform}:{d.device_kind}"
+
+
+def model_fingerprint(model) -> dict:
+    """What of the model a cost depends on: its config (shapes), dtype and quantization."""
+    from specjax.models.quant import quantization_of
+
+    m = getattr(model, "model", model)
+    cfg = json.dumps(m.cfg.to_dict(), sort_keys=True, default=str)
+    return {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
+            "dtype": str(getattr(m, "dtype", "float32")),
+            "quantization": quantization_of(m) or "none"}

@@ -1,0 +1,125 @@
+"""Token Recycling (issue 24): the table against a brute-force recomputation, greedy identity
+(chains and trees, batch 1, 3 and 8, mixed lengths, rows ending mid-step), lossless sampling,
+and bad options."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_helpers import (chi_square_check, make_target, mixed_prompts, sharp_tiny_pair,
+                          three_token_law)
+from specjax import drafters, methods
+from specjax.engine import generate
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.drafters.token_recycling import _topology, record
+from specjax.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return mixed_prompts(8, seed=4)
+
+
+@pytest.fixture(scope="module")
+def plain(target, prompts):
+    return generate(target, prompts, max_new_tokens=14, batch_size=8).tokens
+
+
+def test_record_keeps_the_latest_occurrence():
+    table = jnp.zeros((2, 6, 2), jnp.int32)
+    tokens = jnp.asarray([[3, 1, 3, 5], [2, 2, 0, 4]])
+    top = jnp.arange(16, dtype=jnp.int32).reshape(2, 4, 2) + 1
+    valid = jnp.asarray([[True, True, True, True], [True, True, True, False]])
+    t = np.asarray(record(table, tokens, top, valid))
+    # row 0: token 3 at 0 and 2 -> entry 2 wins; row 1: token 2 at 0 and 1 -> entry 1; token 4
+    # is not valid, never written
+    assert t[0, 3].tolist() == [5, 6] and t[0, 1].tolist() == [3, 4] and t[0, 5].tolist() == [7, 8]
+    assert t[1, 2].tolist() == [11, 12] and t[1, 0].tolist() == [13, 14]
+    assert t[1, 4].tolist() == [0, 0] and t[0, 0].tolist() == [0, 0]
+
+
+def test_topology():
+    # levels:2.1 -> nodes 0, 1 under the root, node 2 under node 0
+    from specjax.tree import parse_tree
+
+    assert _topology(parse_tree("levels:2.1", k=2), 2) == ((-1, -1, 0), (0, 1, 0), (1, 1, 2))
+    assert _topology(None, 3) == ((-1, 0, 1), (0, 0, 0), (1, 2, 3))
+
+
+def test_table_is_the_targets_top_ids(target, prompts):
+    """After the prefill, table[b, t] = the target's top ids after the latest occurrence of t
+    in row b's prompt (brute force from a plain forward)."""
+    d = drafters.make("token_recycling", target, width=3)
+    assert d.features == FeatureSpec(top_ids=3)
+    P = max(len(p) for p in prompts[:3])
+    toks = np.zeros((3, P), np.int32)
+    for i, p in enumerate(prompts[:3]):
+        toks[i, :len(p)] = p
+    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    pos = jnp.broadcast_to(jnp.arange(P)[None], (3, P))
+    o = target(jnp.asarray(toks), pos, target.init_cache(3, P))
+    from specjax.features import from_output
+
+    table = np.asarray(d.init(None, target, jnp.asarray(toks), jnp.asarray(lens), 64,
+                              from_output(d.features, o)))
+    logits = np.asarray(o.logits)
+    for b in range(3):
+        latest = {}
+        for t in range(lens[b]):
+            latest[toks[b, t]] = t
+        for tok in range(target.cfg.vocab_size):
+            if tok in latest:
+                want = np.argsort(-logits[b, latest[tok]], kind="stable")[:3]
+                assert table[b, tok].tolist() == want.tolist()
+            else:
+                assert table[b, tok].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("args", [{}, {"k": "3", "tree": "chain"}, {"k": "6"},
+                                  {"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}],
+                         ids=["default-tree", "chain-3", "tree-k6", "fixed-tree"])
+def test_greedy_identity(target, prompts, plain, args):
+    m = methods.build("token_recycling", target, args)
+    for B in (1, 3, 8):
+        r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,
+                     drafter=m.drafter, policy=m.policy, batch_size=B)
+        assert r.tokens == plain[:B], (args, B)
+    # the recycled candidates are accepted at all (the tiny model repeats itself)
+    assert sum(r.extra["accepted"]) > 0
+
+
+def test_rows_ending_mid_step(target, prompts, plain):
+    m = methods.build("token_recycling", target, {})
+    for B, n in ((8, 5), (8, 11)):
+        r = generate(target, prompts, max_new_tokens=n, drafter=m.drafter, batch_size=B)
+        assert r.tokens == [t[:n] for t in plain]
+
+
+@pytest.mark.parametrize("tree", ["chain", "fixed:0,1,0.0"])
+def test_sampling_matches_the_target_distribution(tree):
+    target, _ = sharp_tiny_pair()
+    want = three_token_law(target, [1, 2, 3])
+    n = 8000
+    d = drafters.make("token_recycling", target, k=2, width=2, tree=tree)
+    res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
+                   sampling=SamplingParams(temperature=1.0, seed=8))
+    assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
+    chi_square_check([t[:3] for t in res.tokens], want)
+
+
+def test_bad_options(target):
+    with pytest.raises(DrafterError, match="width must be an integer >= 1"):
+        drafters.make("token_recycling", target, width=0)
+    assert drafters.make("token_recycling", target, width=2).tree.parents == (-1, -1, 0, 1, 2, 3, 4)
+    with pytest.raises(DrafterError, match="3 children, more than the table's width 2"):
+        drafters.make("token_recycling", target, width=2, tree="levels:3.1", k=2)
+    with pytest.raises(DrafterError, match="static trees"):
+        drafters.make("token_recycling", target, tree="dynamic:width=2,nodes=4", k=2)
+    with pytest.raises(DrafterError, match="top_ids must be an integer >= 0"):
+        FeatureSpec(top_ids=-1)
