@@ -102,6 +102,27 @@ def test_eagle3_loss_against_a_hand_computation(target):
     assert float(loss) == pytest.approx(want, rel=1e-4)
     assert set(metrics) >= {"loss", "acc_0", "acc_1", "loss_0", "loss_1"}
 
+    # prompt positions weighted 0.5 (the last row's last 3 tokens are padding: never counted)
+    pw = TASKS.build("eagle3", {"ttt_steps": "2", "draft_vocab": "64", "prompt_weight": "0.5"},
+                     target)
+    batch = dict(batch, lengths=jnp.asarray([T, T - 3], jnp.int32))
+    loss_pw, metrics_pw = pw.loss(params, frozen, batch, jax.random.key(1))
+    want = 0.0
+    for i, (lg, _) in enumerate(outs):
+        lsm = np.asarray(jax.nn.log_softmax(lg, -1), np.float64)
+        num = den = 0.0
+        for b in range(B):
+            for t in range(i, T - 2):
+                if t + 2 >= int(batch["lengths"][b]):
+                    continue
+                w = 1.0 if batch["loss_mask"][b, t + 2] else 0.5
+                num += w * -(p[b, t + 1] * lsm[b, t]).sum()
+                den += w
+        want += 0.8 ** i * num / den
+    assert float(loss_pw) == pytest.approx(want, rel=1e-4)
+    with pytest.raises(ConfigError, match="prompt_weight must be in"):
+        TASKS.build("eagle3", {"prompt_weight": "2"}, target)
+
 
 def test_eagle_task_options_and_training_reduces_the_loss(target):
     with pytest.raises(ConfigError, match="ttt_steps .* must be an integer >= 1"):

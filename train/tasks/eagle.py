@@ -51,11 +51,16 @@ class EagleTaskConfig:
     feature_weight: float = dataclasses.field(default=0.0, metadata={
         "help": "EAGLE-1's smooth-L1 feature regression weight (eagle1 default 1.0, token 0.1)"})
     seed_head: int = 0
+    prompt_weight: float = dataclasses.field(default=0.0, metadata={
+        "help": "loss weight of prompt positions (the target's law over the prompt text is a "
+                "teacher signal too, computed by the same forward); 0: answer tokens only"})
 
     def __post_init__(self):
         if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
             raise ConfigError(f"ttt_steps (unrolled steps) must be an integer >= 1, got "
                               f"{self.ttt_steps!r}")
+        if not 0.0 <= self.prompt_weight <= 1.0:
+            raise ConfigError(f"prompt_weight must be in [0, 1], got {self.prompt_weight!r}")
         if not 0.0 < self.step_weight <= 1.0:
             raise ConfigError(f"step_weight must be in (0, 1], got {self.step_weight!r}")
         if not isinstance(self.draft_vocab, int) or self.draft_vocab < 1:
@@ -158,6 +163,11 @@ class EagleTask:
         in_t = jnp.concatenate([inside[:, 1:], jnp.zeros((B, 1), bool)], axis=1)
         want_t = jnp.concatenate([mask[:, 2:], jnp.zeros((B, 2), bool)], axis=1) & in_t
         t_idx = jnp.arange(T)[None]
+        # loss weight per position: answer targets 1, prompt targets prompt_weight (metrics:
+        # answer positions only)
+        real = t_idx + 2 < batch["lengths"][:, None]
+        prompt_t = jnp.concatenate([~mask[:, 2:], jnp.zeros((B, 2), bool)], axis=1) & real
+        w_t = jnp.where(want_t, 1.0, jnp.where(prompt_t & in_t, self.cfg.prompt_weight, 0.0))
         outs = ttt_forward(head, emb_next, g0, self.cfg.ttt_steps)
         total = jnp.float32(0.0)
         metrics = {}
@@ -165,13 +175,15 @@ class EagleTask:
         for i, (logits, hid) in enumerate(outs):
             valid = want_t & (t_idx >= i)
             n = jnp.maximum(jnp.sum(valid), 1)
+            w = jnp.where(t_idx >= i, w_t, 0.0)
+            wn = jnp.maximum(jnp.sum(w), 1e-9)
             ce = -jnp.sum(p_t * jax.nn.log_softmax(logits, axis=-1), axis=-1)
-            step_loss = jnp.sum(jnp.where(valid, ce, 0.0)) / n
+            step_loss = jnp.sum(w * ce) / wn
             if self.cfg.feature_weight > 0:  # EAGLE-1: regress the next position's feature
                 f_next = jnp.concatenate([final_h[:, 1:], jnp.zeros_like(final_h[:, :1])], 1)
                 l1 = jnp.sum(optax_smooth_l1(hid - f_next), axis=-1)
                 step_loss = self.cfg.token_weight * step_loss + self.cfg.feature_weight * (
-                    jnp.sum(jnp.where(valid, l1, 0.0)) / n)
+                    jnp.sum(w * l1) / wn)
             total = total + self.cfg.step_weight ** i * step_loss
             hit = jnp.argmax(logits, axis=-1) == argmax_t
             metrics[f"acc_{i}"] = jnp.sum(valid & hit) / n
