@@ -64,6 +64,7 @@ def cmd_generate(args) -> int:
     from tqdm import tqdm
 
     from specjax.engine import generate
+    from specjax.mesh import make_mesh
     from specjax.sampling import SamplingParams
 
     from specjax import methods
@@ -91,7 +92,8 @@ def cmd_generate(args) -> int:
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
                    eos_ids=lm.tokenizer.eos_ids, batch_size=args.batch_size,
                    cache_len=args.cache_len, progress=bar.update, drafter=drafter,
-                   policy=policy, verifier=verifier)
+                   policy=policy, verifier=verifier,
+                   mesh=make_mesh(args.mesh) if args.mesh else None)
     bar.close()
     out_fh = open(args.output, "w", encoding="utf-8") if args.output else None
     total_new, total_wall = 0, 0.0
@@ -309,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--batch-size", type=int, default=1)
     g.add_argument("--cache-len", type=int, default=None)
+    g.add_argument("--mesh", default=None, metavar="data=N",
+                   help="decode on a device mesh: the rows of each batch split over N devices "
+                   "(data parallel; outputs identical to one device)")
     g.add_argument("--no-chat-template", action="store_true")
     g.add_argument("--method", default="ar",
                    help=f"decoding method: {', '.join(METHODS)} (ar = plain decoding)")

@@ -69,7 +69,9 @@ class _Compiled:
 
     def get(self, fn, loop: DecodeLoop, args: tuple, statics: dict):
         def sig(x):
-            return (tuple(x.shape), str(x.dtype)) if hasattr(x, "shape") else x
+            if not hasattr(x, "shape"):
+                return x
+            return (tuple(x.shape), str(x.dtype), str(getattr(x, "sharding", "")))
 
         leaves, tree = jax.tree.flatten(args)
         key = (id(fn), loop, tuple(sorted(statics.items())), tree,
@@ -165,6 +167,7 @@ def generate(
     verifier=None,
     policy=None,
     progress: Callable[[int], None] | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> GenerationResult:
     """Generates continuations of token-id prompts.
 
@@ -188,6 +191,11 @@ def generate(
         ``result.extra["exact"]``) or a verifier object.
       policy: draft-length policy (default: fixed ``k = drafter.max_k``).
       progress: called with the number of prompts finished after each batch.
+      mesh: a ``jax.sharding.Mesh`` (:func:`specjax.mesh.make_mesh`) to decode on: the rows
+        of each batch are split over its ``data`` axis (the batch is padded to a multiple of
+        it), weights replicated; the loop stays one compiled program and every row gets
+        exactly what it gets alone. A ``model`` axis larger than 1 (tensor parallelism) is
+        refused for now.
     """
     sampling = sampling or SamplingParams()
     if not isinstance(max_new_tokens, (int, np.integer)) or max_new_tokens < 1:
@@ -203,6 +211,11 @@ def generate(
         raise GenerationError(f"batch_size must be an integer >= 1 (or None: all prompts in "
                               f"one batch), got {batch_size!r}")
     bs = int(batch_size or len(prompts))
+    place = None
+    if mesh is not None:
+        from specjax.mesh import data_parallel
+
+        bs, place = data_parallel(mesh, bs)
     greedy = sampling.greedy
     loop = make_loop(model, drafter=drafter, policy=policy, verifier=verifier, greedy=greedy,
                      eos_ids=eos_ids)
@@ -211,6 +224,8 @@ def generate(
     arrays = SamplingArrays(temperature=jnp.float32(sampling.temperature if not greedy else 1.0),
                             top_k=jnp.int32(sampling.top_k), top_p=jnp.float32(sampling.top_p))
     base_key = jax.random.key_data(jax.random.key(sampling.seed))
+    if place is not None:
+        params, dparams, arrays = place.replicate((params, dparams, arrays))
     spec = loop.speculative
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
@@ -234,10 +249,12 @@ def generate(
         keys = jax.vmap(jax.random.fold_in, (None, 0))(
             jax.random.wrap_key_data(base_key), jnp.arange(start, start + bs))
         keys = jax.random.key_data(keys)
+        toks, lens_in, max_new_in = jnp.asarray(toks), jnp.asarray(lens), jnp.asarray(max_new)
+        if place is not None:
+            toks, lens_in, max_new_in, keys = place.rows((toks, lens_in, max_new_in, keys))
         t0 = time.perf_counter()
-        state, c1 = call_compiled(_prefill_jit, loop, params, dparams, jnp.asarray(toks),
-                                  jnp.asarray(lens), jnp.asarray(max_new), keys, arrays,
-                                  cache_len=S)
+        state, c1 = call_compiled(_prefill_jit, loop, params, dparams, toks, lens_in,
+                                  max_new_in, keys, arrays, cache_len=S)
         t1 = time.perf_counter()
         jax.block_until_ready(state)
         t_prefill = time.perf_counter() - t1 + (t1 - t0 - c1)
