@@ -130,7 +130,7 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
     drafter.max_k``; the exact verifier for greedy or sampling, chain or tree) and checked."""
     from specjax import verifiers
     from specjax.drafters.base import drafter_features
-    from specjax.errors import DrafterError
+    from specjax.errors import DrafterError, PolicyError
     from specjax.policies.fixed import FixedPolicy
 
     graphdef, _ = nnx.split(model)
@@ -149,6 +149,12 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
                            "with the drafter's max_k")
     drafter_features(drafter).check(model.cfg.num_layers)
     chain = getattr(drafter, "tree", None) is None
+    if "kld" in getattr(policy, "signals", ()) and (drafter.deterministic or not chain):
+        raise PolicyError(f"policy {policy.name!r} reads the divergence between the target's "
+                          f"and the draft's distributions: it needs a chain drafter with a "
+                          f"draft distribution (draft_model, early_exit, layer_skip, eagle, "
+                          f"medusa, hydra as chains), not {drafter.name!r}"
+                          + ("" if chain else " drafting a tree"))
     verifier = verifiers.resolve(verifier, greedy, chain)
     return DecodeLoop(graphdef=graphdef, drafter=drafter, policy=policy, verifier=verifier,
                       greedy=greedy, eos_ids=eos_ids)

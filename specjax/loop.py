@@ -49,7 +49,7 @@ from specjax.features import (
 from specjax.rng import Stream, fold
 from specjax.sampling import process_logits
 from specjax.tree import ancestor_mask, tree_positions
-from specjax.verifiers.base import SamplingArrays, sampling_rule
+from specjax.verifiers.base import SamplingArrays, sampling_rule, target_probs
 
 
 @jax.tree_util.register_dataclass
@@ -248,9 +248,10 @@ class DecodeLoop:
         live = ~s.done
         n = s.cache.lengths  # committed = position of the pending token
         step_keys = fold(s.keys, s.step + 1)
+        want_kld = "kld" in getattr(policy, "signals", ())
         ctx = StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache, keys=step_keys,
                           live=live, temperature=sampling.temperature, top_k=sampling.top_k,
-                          top_p=sampling.top_p)
+                          top_p=sampling.top_p, want_q=want_kld)
         n_out = s.seq_len - s.prompt_len
         k = policy.decide(s.policy_state, ctx)
         k = jnp.minimum(jnp.minimum(k, S - n - 1), s.max_new - n_out - 1)
@@ -286,11 +287,13 @@ class DecodeLoop:
                 res = jnp.pad(res, [(0, 0), (0, N + 1 - T)] + [(0, 0)] * (res.ndim - 2))
                 pad = ((0, 0), (0, N + 1 - T), (0, 0), (0, 0))
                 nk, nv = (tuple(jnp.pad(a, pad) for a in kv) for kv in o.new_kv)
-                return res, nk, nv, pad_tokens(from_output(fs, o), N + 1)
+                kld = (chain_kld(o.logits, tree.q, sampling, greedy, N) if want_kld
+                       else jnp.zeros((B, 0), jnp.float32))
+                return res, nk, nv, pad_tokens(from_output(fs, o), N + 1), kld
 
             return run
 
-        vout, new_k, new_v, feats = jax.lax.switch(
+        vout, new_k, new_v, feats, kld = jax.lax.switch(
             branch, [make_branch(T) for T in buckets], cache)
         cache = cache.write(new_k, new_v, cache.lengths)  # padding lands in scratch
         n_acc, path, nxt = verifier.accept(
@@ -320,7 +323,10 @@ class DecodeLoop:
         after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
         path_feats = take_tokens(feats, block_path) if not fs.empty else Features()
         dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats)
-        pstate = policy.update(s.policy_state, k, n_draft, n_acc)
+        if want_kld:  # KL(target || draft) of each drafted position, for the policy
+            pstate = policy.update(s.policy_state, k, n_draft, n_acc, kld=kld)
+        else:
+            pstate = policy.update(s.policy_state, k, n_draft, n_acc)
         acc_out = jnp.minimum(n_acc, m)  # accepted drafts that were emitted (EOS truncates)
         mt = s.metrics
         metrics = Metrics(
@@ -333,6 +339,23 @@ class DecodeLoop:
         return LoopState(cache=cache, draft_state=dstate, policy_state=pstate, seq=seq,
                          seq_len=seq_len, prompt_len=s.prompt_len, max_new=s.max_new,
                          done=done, keys=s.keys, step=s.step + 1, metrics=metrics)
+
+
+def chain_kld(logits, q, sampling: SamplingArrays, greedy: bool, N: int) -> jax.Array:
+    """``KL(p_i || q_i)`` for each chain node ``i < N`` verified in this block (0 past it),
+    ``float32[B, N]``: ``p_i`` the target's distribution at block position ``i`` (the one
+    that scores node ``i``: the plain softmax when greedy, else the processed one), ``q_i``
+    the draft distribution node ``i`` was drawn from. ``q`` is clamped at 1e-8 inside the
+    log and the divergence at 1e-8 from below (DSDE's convention)."""
+    T = logits.shape[1]
+    n = min(T - 1, N)
+    lg = logits[:, :n].astype(jnp.float32)
+    p = jax.nn.softmax(lg, axis=-1) if greedy else target_probs(lg, sampling)
+    qn = q[:, :n].astype(jnp.float32)
+    logp = jnp.log(jnp.maximum(p, 1e-38))
+    kl = jnp.sum(jnp.where(p > 0, p * (logp - jnp.log(jnp.maximum(qn, 1e-8))), 0.0), axis=-1)
+    kl = jnp.maximum(kl, 1e-8)
+    return jnp.pad(kl, ((0, 0), (0, N - n)))
 
 
 @functools.partial(jax.jit, static_argnames=("loop", "cache_len"))

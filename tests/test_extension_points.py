@@ -240,9 +240,11 @@ def test_confidence_policy(target, prompts, plain):
 # every drafter under the fixed and adaptive policies; every policy under prompt lookup, a draft
 # model and two head drafters (the pairs grow as products otherwise: the suite's time)
 POLICY_DRAFTERS = ("prompt_lookup", "draft_model", "eagle", "hydra")
+# dsde reads the target-draft divergence: drafters with a draft distribution only (the loop
+# refuses prompt lookup: test_dsde_needs_a_draft_distribution)
 PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")} |
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
-                if not p.startswith("_")})
+                if not p.startswith("_") and (d, p) != ("prompt_lookup", "dsde")})
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model
                "gammatune+": {"threshold": "0.022"},
                "smartspec": {"prior": "0.95", "per_row": "true"}}  # drafts, then backs off
@@ -270,6 +272,13 @@ def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, d
                      batch_size=3)
     assert one.tokens == plain[:1]
     assert three.tokens == plain
+
+
+def test_dsde_needs_a_draft_distribution(target, prompts):
+    for name, args in (("prompt_lookup", {}), ("draft_model", {"tree": "topk:width=2"})):
+        m = methods.build(name, target, {"policy": "dsde", **args})
+        with pytest.raises(PolicyError, match="needs a chain drafter with a draft distribution"):
+            generate(target, prompts[:1], max_new_tokens=4, drafter=m.drafter, policy=m.policy)
 
 
 # ----------------------------------------------------------------------------- options

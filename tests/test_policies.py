@@ -1,5 +1,7 @@
 """Speculation-length policies' update rules against hand-computed traces (issue 23)."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -90,3 +92,71 @@ def test_smartspec_goodput_by_hand():
         POLICIES.build("smartspec", {"prior": "1.0", "cost": cost}, max_k=4)
     with pytest.raises(PolicyError, match="draft_cost must be >= 0"):
         POLICIES.build("smartspec", {"draft_cost": "-1", "cost": cost}, max_k=4)
+
+
+def _dsde_reference(values, decay, temperature, last_mean, lo, hi):
+    """WVIR, SF and SL by the formulas of the authors' code, in plain Python."""
+    n = len(values)  # oldest first
+    ages = list(range(n - 1, -1, -1))
+
+    def wvar(pairs):
+        sw = sum(decay ** a for _, a in pairs)
+        m = sum(decay ** a * v for v, a in pairs) / sw
+        return sum(decay ** a * (v - m) ** 2 for v, a in pairs) / sw
+
+    pairs = list(zip(values, ages))
+    long = wvar(pairs)
+    short = wvar([(v, a) for v, a in pairs if a < n // 3])
+    wvir = 20.0 if long < 1e-6 else short / long
+    sf = np.exp(2 * last_mean / temperature) - 1
+    x = wvir * sf
+    sl = max(lo, int(np.ceil(lo + (hi - lo) * (1 - x)))) if x <= 1 else lo
+    return wvir, sf, sl
+
+
+def test_dsde_by_hand():
+    p = POLICIES.build("dsde", {"window": "6"}, max_k=8)
+    assert p.signals == ("kld",)
+    st = p.init(2)
+    assert np.asarray(p.decide(st, None)).tolist() == [1, 1]
+
+    def step(st, n_draft, n_acc, kld):
+        K = 8
+        m = np.zeros((2, K), np.float32)
+        for b, row in enumerate(kld):
+            m[b, :len(row)] = row
+        return p.update(st, None, jnp.asarray(n_draft), jnp.asarray(n_acc), kld=jnp.asarray(m))
+
+    # warm-up: full acceptances double k (1 -> 2 -> 4); row 1 rejects and stays at 1
+    st = step(st, [1, 1], [1, 0], [[0.1], [0.05]])
+    st = step(st, [2, 1], [2, 0], [[0.2, 0.3], [0.07]])
+    assert np.asarray(st.k_warm).tolist() == [4, 1]
+    assert np.asarray(p.decide(st, None)).tolist() == [3, 1]  # cap: ceil((4 + 1) / 2) = 3
+    # row 0's window (6) fills: max accepted 2, window [.2 .3 .5 .1 .2 .4] (the first value
+    # overwritten): k_max' = round(2 (1 + 0.5 * 0.28333 / 0.5)) = round(2.567) = 3,
+    # k_min' = ceil(0.3) = 1
+    st = step(st, [4, 1], [1, 0], [[0.5, 0.1, 0.2, 0.4], [0.09]])
+    assert np.asarray(st.warm).tolist() == [False, True]
+    assert (int(st.k_hi[0]), int(st.k_lo[0])) == (3, 1)
+    wvir, sf, sl = _dsde_reference([0.2, 0.3, 0.5, 0.1, 0.2, 0.4], 0.9, 1.0, 0.3, 1, 3)
+    assert float(p.wvir(st)[0]) == pytest.approx(wvir, rel=1e-5)
+    assert float(p.scale(st, jnp.float32(1.0))[0]) == pytest.approx(sf, rel=1e-5)
+    assert int(p.lengths(st, jnp.float32(1.0))[0]) == sl
+    # row 1 (3 values): WVIR over its own window, fewer than 2 values -> 0
+    one = p.init(1)
+    assert float(p.wvir(one)[0]) == 0.0
+    # a flat window: variance < 1e-6 -> WVIR 20 -> SF > 1/20 gives k_min'
+    flat = dataclasses.replace(st, buf=jnp.full_like(st.buf, 0.3))
+    assert float(p.wvir(flat)[0]) == 20.0 and int(p.lengths(flat, jnp.float32(1.0))[0]) == 1
+    # temperature divides the KLD in SF
+    assert float(p.scale(st, jnp.float32(2.0))[0]) == pytest.approx(np.exp(0.3) - 1, rel=1e-5)
+    # decide after warm-up: row 0 by SL, row 1 still warming (k 1); cap ceil(mean)
+    want0 = sl
+    assert np.asarray(p.decide(st, None)).tolist() == [min(want0, int(np.ceil((want0 + 1) / 2))),
+                                                        1]
+    nocap = POLICIES.build("dsde", {"window": "6", "cap": "false"}, max_k=8)
+    assert np.asarray(nocap.decide(st, None)).tolist() == [want0, 1]
+    with pytest.raises(PolicyError, match="window must hold at least 3"):
+        POLICIES.build("dsde", {"window": "2"}, max_k=8)
+    with pytest.raises(PolicyError, match="needs the KL divergences"):
+        p.update(st, None, jnp.asarray([1, 1]), jnp.asarray([1, 1]))

@@ -34,11 +34,16 @@ def pick_with_stop(logits, i, k_rows, ctx: StepContext, greedy: bool,
     returns ``(token[B], q[B, V] | None, k_rows)``, ``q`` the distribution the token was drawn
     from when sampling, ``k_rows`` lowered to ``i`` where ``stop`` cuts the draft."""
     tok, probs = pick_token(logits, ctx.keys, i, greedy, ctx.temperature, ctx.top_k,
-                            ctx.top_p, need_probs=stop is not None)
+                            ctx.top_p, need_probs=stop is not None or ctx.want_q)
     if stop is not None:
         cut = stop(DraftStep(index=jnp.asarray(i, jnp.int32), token=tok, probs=probs))
         k_rows = jnp.where(cut & (i < k_rows), i, k_rows)
-    return tok, (None if greedy else probs), k_rows
+    return tok, (probs if keep_q(greedy, ctx) else None), k_rows
+
+
+def keep_q(greedy: bool, ctx: StepContext) -> bool:
+    """Whether a chain keeps its draft distributions: sampling, or a policy that reads them."""
+    return (not greedy) or ctx.want_q
 
 
 def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: int, k_rows,
@@ -64,7 +69,7 @@ def chain_draft(step_fn: Callable, cache: KVCache, first_tokens, first_pos, K: i
     """
     B = first_tokens.shape[0]
     tokens = jnp.zeros((B, K), jnp.int32)
-    q = None if greedy else jnp.zeros((B, K, vocab), jnp.float32)
+    q = jnp.zeros((B, K, vocab), jnp.float32) if keep_q(greedy, ctx) else None
     k_rows = k_rows.astype(jnp.int32)
 
     def pick(logits, i, k_rows):

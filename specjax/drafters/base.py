@@ -57,6 +57,9 @@ class StepContext:
       keys: ``uint32[B, 2]`` fresh raw PRNG keys for this step, one per row.
       live: ``bool[B]`` rows still generating.
       temperature, top_k, top_p: sampling parameters (traced scalars).
+      want_q: (static) keep each drafted token's draft distribution in the tree's ``q`` even
+        when greedy: the policy reads the divergence between the target's and the draft's
+        distributions (``dsde``).
     """
 
     seq: jax.Array
@@ -67,6 +70,7 @@ class StepContext:
     temperature: jax.Array
     top_k: jax.Array
     top_p: jax.Array
+    want_q: bool = dataclasses.field(default=False, metadata={"static": True})
 
     @property
     def pending(self) -> jax.Array:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -156,7 +156,7 @@ class EagleDrafter:
         B = root_logits.shape[0]
         V = root_logits.shape[-1]
         tokens = jnp.zeros((B, K), jnp.int32)
-        q = None if greedy else jnp.zeros((B, K, V), jnp.float32)
+        q = jnp.zeros((B, K, V), jnp.float32) if keep_q(greedy, ctx) else None
 
         def pick(logits, i, k_rows):
             return pick_with_stop(logits, i, k_rows, ctx, greedy, stop)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -121,7 +121,7 @@ class HydraDrafter:
         B = buf.shape[0]
         Vd = self.head_cfg.draft_vocab
         tokens = jnp.zeros((B, M), jnp.int32)
-        q = None if greedy else jnp.zeros((B, M, Vd), jnp.float32)
+        q = jnp.zeros((B, M, Vd), jnp.float32) if keep_q(greedy, ctx) else None
 
         def body(c):
             i, buf, tokens, q, k_rows = c

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -58,7 +58,7 @@ class MedusaDrafter:
                 tok, q_i, k = pick_with_stop(logits[:, i], i, k, ctx, greedy, stop)
                 tokens.append(tok)
                 qs.append(q_i)
-            q = None if greedy else jnp.stack(qs, axis=1)
+            q = jnp.stack(qs, axis=1) if keep_q(greedy, ctx) else None
             draft = DraftTree.chain(jnp.stack(tokens, axis=1), k, q)
         else:
             def run(tokens, positions, c, offset, mask):  # level d + 1: head d + 1, every node

@@ -4,6 +4,7 @@ from specjax.policies import (  # noqa: F401  (registers)
     adaptive,
     batch_table,
     confidence,
+    dsde,
     fixed,
     gammatune,
     heuristic,
