@@ -373,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new prompt batches after this long; the summary covers "
                    "what finished (categories are sampled round robin, so alike); 0 with "
                    "--journal: run nothing, report the journal")
+    b.add_argument("--policies", default=None, metavar="P1,P2,...",
+                   help="policy axis: run every drafting method under each of these policies "
+                   "(variants METHOD@POLICY, interleaved, against the same ar)")
     b.add_argument("--batch-table", metavar="FILE.json",
                    help="write the batch-size-to-k table of each drafting method (run with "
                    "policy=fixed at its maximum k) for the batch_table policy: the k "

@@ -519,3 +519,23 @@ def test_first_run_after_compile_is_not_timed(tmp_path, tiny_gguf, prompts_file,
         assert r["compile_s"] >= 5.0, (r["method"], r["category"])
         # 12 tokens in well under 5 s: no timed run carries the planted 5 s
         assert r["tokens_per_s_min"] > 12 / 5.0 * 2, (r["method"], r["category"])
+
+
+def test_bench_policy_axis(tmp_path, tiny_gguf, prompts_file):
+    """--policies: each drafting method under each policy, interleaved against the same ar;
+    each variant's recorded config names its policy; outputs identical to ar."""
+    out = tmp_path / "res.json"
+    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
+                 "--method-arg", "prompt_lookup.k=4", "--prompts", str(prompts_file),
+                 "--max-new-tokens", "6", "--repeats", "1", "--policies", "fixed,heuristic",
+                 "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    rows = {r["method"]: r for r in res["rows"] if r["category"] == "ALL"}
+    assert set(rows) == {"ar", "prompt_lookup@fixed", "prompt_lookup@heuristic"}
+    for m in ("prompt_lookup@fixed", "prompt_lookup@heuristic"):
+        assert rows[m]["config"]["policy"] == m.split("@")[1] and rows[m]["config"]["k"] == 4
+        assert rows[m]["identical_to_ar"] is True
+    assert main(["bench", "--model", str(tiny_gguf), "--prompts", str(prompts_file),
+                 "--policies", "sometimes"]) == 2
+    assert main(["bench", "--model", str(tiny_gguf), "--prompts", str(prompts_file),
+                 "--method-arg", "prompt_lookup.policy=fixed", "--policies", "fixed"]) == 2

@@ -59,6 +59,7 @@ class BenchConfig:
     curve_prefix: int = 256
     in_loop: bool = False
     batch_table: str | None = None
+    policies: tuple[str, ...] | None = None
 
     def __post_init__(self):
         if isinstance(self.methods, str) or not self.methods or not all(
@@ -120,7 +121,8 @@ class BenchConfig:
                           ("--batch-sizes", self.batch_sizes), ("--peer", self.peer),
                           ("--output", self.output), ("--plot", self.plot),
                           ("--journal", self.journal), ("--time-limit", self.time_limit),
-                          ("--batch-table", self.batch_table)):
+                          ("--batch-table", self.batch_table),
+                          ("--policies", self.policies)):
             if val is not None:
                 out += [flag, _fmt(val)]
         if self.verify_curve:  # every curve setting, whatever the flags' defaults
@@ -165,4 +167,6 @@ class BenchConfig:
             output=args.output, plot=args.plot, journal=args.journal,
             time_limit=args.time_limit, verify_curve=args.verify_curve, in_loop=args.in_loop,
             batch_table=args.batch_table,
+            policies=tuple(p.strip() for p in args.policies.split(",") if p.strip())
+            if args.policies else None,
             **curve)

@@ -101,6 +101,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     # as --method-arg gives them: every method present, every value a string
     margs = {m: {k: _fmt(v) for k, v in config.method_args.get(m, {}).items()}
              for m in methods}
+    if config.policies:
+        methods, margs = policy_axis(methods, margs, list(config.policies))
     if config.peer and quantize != "none":
         raise BenchError(f"--peer {config.peer} runs the float weights, so it cannot stand "
                          f"beside a --quantize {quantize} target; drop one of the two")
@@ -157,6 +159,36 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)
     return _save(summary, config, plot)
+
+
+def policy_axis(methods: list[str], margs: dict[str, dict[str, str]], policies: list[str]
+                ) -> tuple[list[str], dict[str, dict[str, str]]]:
+    """``--policies P1,P2``: every drafting method ``m`` becomes the variants ``m@P1``,
+    ``m@P2`` (its arguments plus ``policy=P``), run interleaved like any method; ``ar`` stays.
+
+    Raises:
+      BenchError: an unknown policy, or a method that already sets ``policy=``.
+    """
+    from specjax.policies import POLICIES
+
+    unknown = [p for p in policies if p not in POLICIES.names()]
+    if unknown or not policies:
+        raise BenchError(f"--policies: unknown {unknown or 'empty list'}; registered: "
+                         f"{', '.join(POLICIES.names())}")
+    out_m, out_a = [], {}
+    for m in methods:
+        if base_method(m) == "ar":
+            out_m.append(m)
+            out_a[m] = margs.get(m, {})
+            continue
+        if "policy" in margs.get(m, {}):
+            raise BenchError(f"--policies sets each method's policy; {m} already has "
+                             f"policy={margs[m]['policy']} (drop it or the flag)")
+        for p in policies:
+            label = f"{m}@{p}" if "@" not in m else f"{m}+{p}"
+            out_m.append(label)
+            out_a[label] = {**margs.get(m, {}), "policy": p}
+    return out_m, out_a
 
 
 def _table_methods(config: BenchConfig, methods: list[str]) -> list[str]:
