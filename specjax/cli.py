@@ -442,8 +442,9 @@ def cmd_head_convert(args) -> int:
     if to == "engine":
         out = export_eagle3(args.dst, cfg, state, draft_ids, dtype=args.out_dtype)
     else:
+        meta = {**(conf.get("meta") or {}), "converted_from": str(args.src)}
         out = save_eagle_head(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer,
-                              meta={"converted_from": str(args.src)}, dtype=args.out_dtype)
+                              meta=meta, dtype=args.out_dtype)
     print(f"{desc} -> {out} ({to} format, {args.out_dtype})")
     return 0
 
