@@ -373,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new prompt batches after this long; the summary covers "
                    "what finished (categories are sampled round robin, so alike); 0 with "
                    "--journal: run nothing, report the journal")
+    b.add_argument("--mesh", default=None, metavar="data=N",
+                   help="decode every run on a device mesh (rows split over N devices)")
     b.add_argument("--policies", default=None, metavar="P1,P2,...",
                    help="policy axis: run every drafting method under each of these policies "
                    "(variants METHOD@POLICY, interleaved, against the same ar)")

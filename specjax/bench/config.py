@@ -60,6 +60,7 @@ class BenchConfig:
     in_loop: bool = False
     batch_table: str | None = None
     policies: tuple[str, ...] | None = None
+    mesh: str | None = None
 
     def __post_init__(self):
         if isinstance(self.methods, str) or not self.methods or not all(
@@ -122,7 +123,7 @@ class BenchConfig:
                           ("--output", self.output), ("--plot", self.plot),
                           ("--journal", self.journal), ("--time-limit", self.time_limit),
                           ("--batch-table", self.batch_table),
-                          ("--policies", self.policies)):
+                          ("--policies", self.policies), ("--mesh", self.mesh)):
             if val is not None:
                 out += [flag, _fmt(val)]
         if self.verify_curve:  # every curve setting, whatever the flags' defaults
@@ -168,5 +169,5 @@ class BenchConfig:
             time_limit=args.time_limit, verify_curve=args.verify_curve, in_loop=args.in_loop,
             batch_table=args.batch_table,
             policies=tuple(p.strip() for p in args.policies.split(",") if p.strip())
-            if args.policies else None,
+            if args.policies else None, mesh=args.mesh,
             **curve)

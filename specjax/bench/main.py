@@ -109,6 +109,11 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     batch_sizes = parse_batch_sizes(_csv(config.batch_sizes))
     if config.batch_table:
         _table_methods(config, methods)
+    mesh = None
+    if config.mesh:
+        from specjax.mesh import make_mesh
+
+        mesh = make_mesh(config.mesh)
     if config.batch_size < 1:
         raise BenchError(f"--batch-size must be >= 1, got {config.batch_size}")
     cats = list(config.categories) if config.categories else None
@@ -130,7 +135,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             "batch_sizes": batch_sizes, "temperature": config.temperature,
             "repeats": config.repeats, "peer": config.peer, "dtype": config.dtype,
             # only when set, so journals written before the flag existed still resume
-            **({"quantize": quantize} if quantize != "none" else {})})
+            **({"quantize": quantize} if quantize != "none" else {}),
+            **({"mesh": config.mesh} if config.mesh else {})})
     if config.time_limit is not None and config.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {config.time_limit}")
     if config.time_limit == 0 and not config.journal:
@@ -142,7 +148,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                             repeats=config.repeats, peer=config.peer, progress=bar.update,
                             batch_sizes=batch_sizes, journal=journal,
                             time_limit_s=None if config.time_limit is None
-                            else 60.0 * config.time_limit)
+                            else 60.0 * config.time_limit, mesh=mesh)
     prog = summary["progress"]
     if not prog["complete"]:
         print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
@@ -154,7 +160,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "batch_size": config.batch_size, "batch_sizes": batch_sizes,
                     "temperature": config.temperature,
                     "repeats": config.repeats, "prompts": config.prompts,
-                    "n_prompts": len(items), "quantize": quantize})
+                    "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh})
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)

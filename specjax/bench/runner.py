@@ -42,7 +42,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
               batch_size: int, temperature: float, repeats: int, peer: str | None = None,
               seed: int = 0, progress: Callable | None = None,
               batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
-              time_limit_s: float | None = None) -> dict[str, Any]:
+              time_limit_s: float | None = None, mesh=None) -> dict[str, Any]:
     """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
 
     Per-category rows use batches of ``batch_size`` prompts of one category. With
@@ -98,7 +98,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         d, pol, ver = built_for(m, B)
 
         def gen():
-            return generate(lm.model, prompts, max_new_tokens=max_new_tokens,
+            return generate(lm.model, prompts, max_new_tokens=max_new_tokens, mesh=mesh,
                             sampling=sampling, eos_ids=eos, batch_size=len(prompts),
                             drafter=d, policy=pol, verifier=ver)
 
