@@ -226,7 +226,8 @@ def to_target_logits(draft_logits: jax.Array, draft_ids: jax.Array, vocab: int) 
 
 def init_head(cfg: EagleHeadConfig, target, draft_ids=None, seed: int = 0) -> tuple:
     """A freshly initialised head for ``target`` (a Llama) and its draft-vocabulary map.
-    The LM head's rows start from the target's output rows of the draft tokens.
+    The LM head's rows start from the target's output rows of the draft tokens and the final
+    norm from the target's.
 
     Returns ``(graphdef, state, draft_ids int32[draft_vocab])``."""
     head = EagleHead(cfg, rngs=nnx.Rngs(seed))
@@ -240,5 +241,7 @@ def init_head(cfg: EagleHeadConfig, target, draft_ids=None, seed: int = 0) -> tu
     out_rows = target.lm_head[...] if getattr(target, "lm_head", None) is not None else \
         target.embed[...]
     head.lm_head[...] = jnp.asarray(out_rows, jnp.float32)[jnp.asarray(draft_ids)]
+    # the final norm's scales as the target's: the copied LM-head rows expect its outputs
+    head.final_norm[...] = jnp.asarray(target.final_norm[...], jnp.float32)
     graphdef, state = nnx.split(head)
     return graphdef, state, draft_ids
