@@ -336,6 +336,57 @@ def refactor_section(before: dict, after: dict, title: str, tokens: dict | None)
     return out + [""]
 
 
+def training_section() -> list[str]:
+    """The recipe's cost: the committed corpus (its manifest), each recorded training run
+    (docs/results/train_*.metrics.jsonl + curves) and the draft-cost measurements."""
+    out = []
+    man = ROOT / "data" / "corpus_smollm2" / "manifest.json"
+    runs = sorted(RES.glob("train_*.metrics.jsonl"))
+    costs = sorted(RES.glob("draft_cost_*.json"))
+    if not (man.exists() or runs or costs):
+        return out
+    out += ["## Training recipe cost and draft cost", ""]
+    if man.exists():
+        m = json.loads(man.read_text())
+        mach = m.get("machine") or "not recorded"
+        out += [
+            f"- Corpus `data/corpus_smollm2` (`specjax train data`, command in docs/training.md): "
+            f"{m['num_records']} prompts in {len(m.get('shards', []))} of {m.get('num_shards')} "
+            f"shards, {m['num_tokens']:,} tokens ({m.get('num_answer_tokens', 0):,} answer "
+            f"tokens), {m.get('wall_s', 0) / 60:.1f} minutes of generation, "
+            f"{m.get('tokens_per_s')} answer tokens/s ({m.get('decode_tokens_per_s')} while "
+            f"decoding); refused for overlap: {m.get('refused')}; complete: "
+            f"{m.get('complete')}; machine: {mach}.",
+        ]
+    for f in runs:
+        rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
+        val = [r for r in rows if r["split"] == "val"]
+        train = [r for r in rows if r["split"] == "train"]
+        if not train:
+            continue
+        last = train[-1]
+        accs = "; ".join(
+            f"step {r['step']}: " + ", ".join(f"{100 * r['metrics'][k]:.1f}%" for k in
+                                              sorted(r["metrics"]) if k.startswith("acc_"))
+            for r in val)
+        png = f.name.replace(".metrics.jsonl", "_curves.png")
+        out += [f"- Training run `{f.name}`: {last['step']} steps in "
+                f"{last['elapsed'] / 60:.1f} minutes ({last['elapsed'] / last['step']:.1f} s per "
+                f"step, {last.get('tokens_per_s', 0):.0f} tokens/s at the end); validation "
+                f"draft accuracy by position: {accs}."
+                + (f" Curves: ![{png}](results/{png})" if (RES / png).exists() else "")]
+    for f in costs:
+        d = json.loads(f.read_text())
+        out += [f"- Draft cost, `{d['command']}` ({d['date']}, {d['machine']}): a plain step "
+                f"{1000 * d['plain_step_s']:.1f} ms; a {d['method']} step drafting k = {d['k']} "
+                f"{1000 * d['method_step_s']:.1f} ms = {d['method_step_rel']:.2f} plain steps, of "
+                f"which the {d['k'] + 1}-token verify is {d['verify_rel_in_loop']:.2f} (in-loop "
+                f"probe); one draft token costs {d['draft_token_rel_abs']:.3f}-"
+                f"{d['draft_token_rel']:.3f} of a plain step (seconds against seconds / each "
+                f"against its own one-token step)."]
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -350,6 +401,7 @@ def main():
     f = RES / "bench_decode.json"
     if f.exists():
         lines += decode_section(json.loads(f.read_text()))
+    lines += training_section()
     for name, title in (("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),

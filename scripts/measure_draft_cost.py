@@ -77,7 +77,8 @@ def main() -> None:
         "runs": {"plain": plain_all, "method": step_all, "junk_curve": junk},
         "machine": machine_description(), "date": utc_now(),
         "command": "python scripts/measure_draft_cost.py --method "
-                   f"{a.method} --k {K}" + "".join(f" --method-arg {x}" for x in a.method_arg),
+                   f"{a.method} --k {K} --repeats {a.repeats} --max-new-tokens "
+                   f"{a.max_new_tokens}" + "".join(f" --method-arg {x}" for x in a.method_arg),
     }, indent=2))
 
 
