@@ -67,3 +67,17 @@ def _free_compiled_programs():
 
     COMPILED._cache.clear()
     jax.clear_caches()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """After each test module, drop the compiled programs (the engine's AOT cache and JAX's):
+    every XLA:CPU executable keeps its own memory mappings, and a process that has compiled
+    hundreds of decode loops has crashed inside a later compile (2026-11-25)."""
+    yield
+    import jax
+
+    from specjax import engine
+
+    engine.COMPILED._cache.clear()
+    jax.clear_caches()

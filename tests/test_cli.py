@@ -30,8 +30,8 @@ def test_read_prompts_formats_and_errors(tmp_path):
 def test_cli_errors_are_clear(capsys, tmp_path):
     assert main(["generate", "--model", "no-such-model", "--prompt", "x"]) == 2
     assert "neither a preset" in capsys.readouterr().err
-    assert main(["generate", "--method", "hydra", "--prompt", "x"]) == 2
-    assert "--method 'hydra' is not available" in capsys.readouterr().err
+    assert main(["generate", "--method", "telepathy", "--prompt", "x"]) == 2
+    assert "--method 'telepathy' is not available" in capsys.readouterr().err
     assert main(["generate", "--temperature", "-1", "--prompt", "x"]) == 2
     assert "temperature must be" in capsys.readouterr().err
     assert main(["generate", "--quantize", "int4", "--prompt", "x"]) == 2

@@ -50,11 +50,12 @@ def test_shipped_heads_decode_exactly_on_smollm2(smollm2, kind):
 
     prompts = [smollm2.tokenizer.encode(p) for p in
                ("The capital of France is", "def fibonacci(n):", "List three colors:")]
-    ref = generate(smollm2, prompts, max_new_tokens=24, batch_size=3).tokens
-    for tree in (None, "dynamic:width=3,nodes=8" if kind != "medusa" else "levels:3.2"):
+    ref = generate(smollm2.model, prompts, max_new_tokens=24, batch_size=3).tokens
+    # the chain here; trees with trained heads are covered on tiny models (test_eagle.py)
+    for tree in (None,):
         d = drafters.make(kind, smollm2, **({"tree": tree} if tree else {}))
         assert path in d.description
-        res = generate(smollm2, prompts, max_new_tokens=24, batch_size=3, drafter=d)
+        res = generate(smollm2.model, prompts, max_new_tokens=24, batch_size=3, drafter=d)
         assert res.tokens == ref
         assert sum(res.extra["accepted"]) > 0  # a trained head gets tokens accepted
 

@@ -250,8 +250,8 @@ def test_bad_drafter_configs(target):
         drafters.make("layer_skip", target, skip_attn="0-3", skip_mlp="0-3")
     with pytest.raises(DrafterError, match="outside"):
         drafters.make("layer_skip", target, skip_attn="7")
-    with pytest.raises(DrafterError, match="unknown drafter 'hydra'"):
-        drafters.make("hydra", target)
+    with pytest.raises(DrafterError, match="unknown drafter 'telepathy'"):
+        drafters.make("telepathy", target)
     with pytest.raises(GenerationError, match="unknown verifier"):
         generate(target, [[1, 2]], max_new_tokens=2, verifier="psychic",
                  drafter=drafters.make("prompt_lookup", target))

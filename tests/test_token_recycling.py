@@ -81,9 +81,9 @@ def test_table_is_the_targets_top_ids(target, prompts):
                 assert table[b, tok].tolist() == [0, 1, 2]
 
 
-@pytest.mark.parametrize("args", [{}, {"k": "3", "tree": "chain"}, {"k": "6"},
+@pytest.mark.parametrize("args", [{}, {"k": "3", "tree": "chain"},
                                   {"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}],
-                         ids=["default-tree", "chain-3", "tree-k6", "fixed-tree"])
+                         ids=["default-tree", "chain-3", "fixed-tree"])
 def test_greedy_identity(target, prompts, plain, args):
     m = methods.build("token_recycling", target, args)
     for B in (1, 3, 8):
@@ -105,7 +105,7 @@ def test_rows_ending_mid_step(target, prompts, plain):
 def test_sampling_matches_the_target_distribution(tree):
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])
-    n = 8000
+    n = 5000
     d = drafters.make("token_recycling", target, k=2, width=2, tree=tree)
     res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
                    sampling=SamplingParams(temperature=1.0, seed=8))
