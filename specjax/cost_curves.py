@@ -99,15 +99,9 @@ def _relative(data: dict, batch: int, max_T: int) -> tuple[float, ...]:
     ys = [float(y) for y in data["relative"][str(batch)]]
     if len(ys) != len(ks) or ks[0] != 1 or ks != sorted(set(ks)) or any(not y > 0 for y in ys):
         raise ValueError(f"bad curve: ks={ks}, relative={ys}")
-    out = []
-    for T in range(1, max_T + 1):
-        j = next(i for i, k in enumerate(ks) if k >= T)
-        if ks[j] == T:
-            out.append(ys[j])
-        else:
-            w = (T - ks[j - 1]) / (ks[j] - ks[j - 1])
-            out.append((1 - w) * ys[j - 1] + w * ys[j])
-    return tuple(round(c / out[0], 4) for c in out)
+    from specjax.policies.adaptive import interpolate_curve
+
+    return interpolate_curve(ks, ys, max_T)
 
 
 def _read(path: Path, key: dict, ks: tuple[int, ...]) -> tuple[tuple[float, ...] | None, str]:

@@ -68,8 +68,14 @@ def load_cost_curve(path: str, batch: int | None = None) -> tuple[float, ...]:
             any(not y > 0 for y in ys):
         raise PolicyError(f"{path}: the curve needs increasing ks from 1 and one positive "
                           f"time per k (ks={ks}, batch {b}: {ys})")
+    return interpolate_curve(ks, ys, ks[-1])
+
+
+def interpolate_curve(ks: list[int], ys: list[float], max_T: int) -> tuple[float, ...]:
+    """``cost[T - 1]`` for T = 1 .. ``max_T`` (``<= ks[-1]``) from times ``ys`` measured at
+    increasing block sizes ``ks`` (from 1): linear between measured sizes, relative to T = 1."""
     out = []
-    for T in range(1, ks[-1] + 1):
+    for T in range(1, max_T + 1):
         j = next(i for i, k in enumerate(ks) if k >= T)
         if ks[j] == T:
             out.append(ys[j])
