@@ -26,7 +26,7 @@ def compute_dtype(name: str):
 
 def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
                  attention_impl: str = "dense", *, decodes_text: bool = True,
-                 speculative: bool = False):
+                 speculative: bool = False, numerics: str = "exact"):
     """Loads ``model`` for a run and says so on stderr (with the time it took).
 
     Args:
@@ -37,8 +37,11 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
         ``"pallas"``, ...; see ``Llama.set_attention_impl``).
       decodes_text: whether the run decodes text. Random weights have no tokenizer, so they
         are refused then (they serve ``specjax bench --verify-curve`` and ``info`` only).
-      speculative: whether the run decodes speculatively: on a quantized target that is not
-        token-identical to plain decoding, which a warning on stderr says.
+      speculative: whether the run decodes speculatively: with ``fast`` numerics on a
+        quantized target that is not token-identical to plain decoding, which a warning on
+        stderr says.
+      numerics: ``"exact"`` (invariant; ``--numerics``) or ``"fast"``
+        (:mod:`specjax.models.numerics`).
 
     Returns:
       The :class:`specjax.models.LoadedModel`.
@@ -51,18 +54,22 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
     from specjax.models.quant import QUANT_MODES
 
     t0 = time.perf_counter()
+    from specjax.models.numerics import NUMERICS
+
     if quantize not in QUANT_MODES:
         raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
-    lm = load(model, dtype=compute_dtype(dtype), quantize=quantize)
+    if numerics not in NUMERICS:
+        raise CLIError(f"--numerics must be {' or '.join(NUMERICS)}, got {numerics!r}")
+    lm = load(model, dtype=compute_dtype(dtype), quantize=quantize, numerics=numerics)
     if lm.format == "random" and decodes_text:
         raise CLIError(f"{model!r} has random weights and no tokenizer: it serves "
                        "`specjax bench --verify-curve` (timings) only; give a checkpoint or "
                        "a preset name to decode text")
-    if quantize != "none" and speculative:
-        print(f"warning: speculative decoding on a {quantize} target is not token-identical to "
-              f"plain {quantize} decoding (int8 rounding of activations amplifies last-bit "
-              "differences between the verify and decode forwards; see specjax.models.quant)",
-              file=sys.stderr)
+    if quantize != "none" and speculative and numerics == "fast":
+        print(f"warning: with --numerics fast, speculative decoding on a {quantize} target is "
+              f"not token-identical to plain {quantize} decoding (int8 rounding of activations "
+              "amplifies last-bit differences between the verify and decode forwards); "
+              "--numerics exact (the default) is", file=sys.stderr)
     try:
         lm.model.set_attention_impl(attention_impl)
     except ValueError as e:

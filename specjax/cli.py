@@ -50,7 +50,7 @@ def _load(args):
     return load_for_run(args.model, args.dtype, getattr(args, "quantize", "none"),
                         getattr(args, "attention_impl", "dense"),
                         decodes_text=not verify_curve and getattr(args, "cmd", None) != "info",
-                        speculative=speculative)
+                        speculative=speculative, numerics=getattr(args, "numerics", "exact"))
 
 
 def _encode(lm, items, chat: bool):
@@ -293,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="none (default) | w8a8: int8 weights and activations in the linear "
                              "layers and LM head (faster on CPU; output close to, not equal to, "
                              "the float model's: +4.6%% perplexity on SmolLM2-135M)")
+        sp.add_argument("--numerics", default="exact", choices=("exact", "fast"),
+                        help="exact (default): invariant numerics, a token's logits do not "
+                             "depend on how many tokens share its forward, so speculative "
+                             "decoding returns exactly what plain decoding returns in every "
+                             "dtype; fast: the platform's fastest kernels (docs/benchmarks.md "
+                             "has the price of exactness)")
         sp.add_argument("--attention-impl", default="dense",
                         help="attention: dense (default) | xla | pallas | pallas_interpret | "
                              "pallas_mosaic_gpu | pallas_mosaic_tpu (the tree-attention op)")

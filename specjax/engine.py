@@ -235,6 +235,7 @@ def generate(
     spec = loop.speculative
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
+    res.extra["numerics"] = getattr(model, "numerics", "fast")
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []})
     for start in range(0, len(prompts), bs):

@@ -88,8 +88,9 @@ def test_decode_speedup_leaves_out_the_prefill():
 
 
 def test_bench_w8a8_target(tmp_path, tiny_gguf, prompts_file, capsys):
-    """--quantize w8a8: the run works, says it is not token-identical, records the setting
-    (the journal too), and the adaptive policy gets the w8a8 cost curve."""
+    """--quantize w8a8 with --numerics fast: the run works, says it is not token-identical
+    (exact numerics, the default, are: tests/test_numerics.py), records the settings (the
+    journal too), and the adaptive policy gets the w8a8 cost curve."""
     from specjax.methods import build
     from specjax.models.loaders import load
     from specjax.policies.adaptive import DEFAULT_COST, DEFAULT_COST_W8A8
@@ -97,9 +98,12 @@ def test_bench_w8a8_target(tmp_path, tiny_gguf, prompts_file, capsys):
     out, journal = tmp_path / "q.json", tmp_path / "q.journal.jsonl"
     assert main(["bench", "--model", str(tiny_gguf), "--quantize", "w8a8", "--methods",
                  "ar,prompt_lookup", "--prompts", str(prompts_file), "--max-new-tokens", "6",
-                 "--repeats", "1", "--output", str(out), "--journal", str(journal)]) == 0
+                 "--repeats", "1", "--output", str(out), "--journal", str(journal),
+                 "--numerics", "fast"]) == 0
     assert "not token-identical" in capsys.readouterr().err
-    assert "--quantize w8a8" in json.loads(out.read_text())["command"]
+    res = json.loads(out.read_text())
+    assert "--quantize w8a8" in res["command"] and "--numerics fast" in res["command"]
+    assert res["numerics"] == "fast" and {r["numerics"] for r in res["rows"]} == {"fast"}
     assert json.loads(journal.read_text().splitlines()[0])["header"]["quantize"] == "w8a8"
     assert json.loads(out.read_text())["quantize"] == "w8a8"
     # the journal will not mix float runs into a w8a8 table

@@ -391,8 +391,9 @@ def build_corpus(config: CorpusConfig, lm=None, progress: bool = True, *,
     if lm is None:
         from specjax._runtime import load_for_run
 
+        # plain decoding that is compared with nothing (and as the corpus began): fast
         lm = load_for_run(config.model, config.dtype, config.quantize, attention_impl,
-                          decodes_text=True, speculative=False)
+                          decodes_text=True, speculative=False, numerics="fast")
     tok = lm.tokenizer
     if tok is None:
         raise ConfigError(f"{config.model}: the model has no tokenizer; a corpus needs text")

@@ -40,6 +40,7 @@ class BenchConfig:
     dtype: str = "float32"
     quantize: str = "none"
     attention_impl: str = "dense"
+    numerics: str = "exact"
     prompts: str = "builtin"
     categories: tuple[str, ...] | None = None
     limit: int | None = None
@@ -88,6 +89,8 @@ class BenchConfig:
             raise ConfigError(f"temperature must be a number >= 0, got {self.temperature!r}")
         from specjax.models.quant import QUANT_MODES
 
+        if self.numerics not in ("exact", "fast"):
+            raise ConfigError(f"numerics must be 'exact' or 'fast', got {self.numerics!r}")
         if self.quantize not in QUANT_MODES:
             raise ConfigError(f"quantize must be {' or '.join(map(repr, QUANT_MODES))}, got "
                               f"{self.quantize!r}")
@@ -115,6 +118,8 @@ class BenchConfig:
             out += ["--quantize", self.quantize]
         if self.attention_impl != "dense":
             out += ["--attention-impl", self.attention_impl]
+        if self.numerics != "exact":
+            out += ["--numerics", self.numerics]
         for method, kv in self.method_args.items():
             for key, val in kv.items():
                 out += ["--method-arg", f"{method}.{key}={_fmt(val)}"]
@@ -160,7 +165,7 @@ class BenchConfig:
             methods=tuple(methods) or ("ar",),  # as before: ar always runs
             method_args={m: kv for m, kv in method_args.items() if kv},
             model=args.model, dtype=args.dtype, quantize=args.quantize,
-            attention_impl=args.attention_impl, prompts=args.prompts,
+            attention_impl=args.attention_impl, numerics=args.numerics, prompts=args.prompts,
             categories=tuple(args.categories.split(",")) if args.categories else None,
             limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)) or None,

@@ -34,7 +34,7 @@ def _load(config: BenchConfig):
     listed = [m.strip().split("@")[0] for m in config.methods]
     return _runtime.load_for_run(
         config.model, config.dtype, config.quantize, config.attention_impl,
-        decodes_text=not config.verify_curve,
+        decodes_text=not config.verify_curve, numerics=config.numerics,
         speculative=not config.verify_curve and any(m not in ("ar", "") for m in listed))
 
 
@@ -84,6 +84,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         result.update(environment(argv))
         result["model"] = config.model
         result["quantize"] = quantize
+        result["numerics"] = config.numerics
         for B, rel in result["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(result["ks"], rel)))
@@ -136,7 +137,9 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             "repeats": config.repeats, "peer": config.peer, "dtype": config.dtype,
             # only when set, so journals written before the flag existed still resume
             **({"quantize": quantize} if quantize != "none" else {}),
-            **({"mesh": config.mesh} if config.mesh else {})})
+            **({"mesh": config.mesh} if config.mesh else {}),
+            # journals written before --numerics existed ran fast numerics
+            **({"numerics": config.numerics} if config.numerics != "fast" else {})})
     if config.time_limit is not None and config.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {config.time_limit}")
     if config.time_limit == 0 and not config.journal:
@@ -160,7 +163,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "batch_size": config.batch_size, "batch_sizes": batch_sizes,
                     "temperature": config.temperature,
                     "repeats": config.repeats, "prompts": config.prompts,
-                    "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh})
+                    "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
+                    "numerics": config.numerics})
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)

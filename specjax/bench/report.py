@@ -107,10 +107,13 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
 
 
 def _same(row: dict) -> str:
-    """The ``same`` column: identical to plain decoding (exact rules only), or ``lossy``."""
+    """The ``same`` column: identical to plain decoding (exact rules only), or ``lossy``. In
+    parentheses when the run used fast numerics: then it is an observation on these prompts,
+    not a guarantee (specjax.models.numerics)."""
     if row.get("exact") is False:
         return "lossy"
-    return {True: "yes", False: "NO", None: "-"}[row.get("identical_to_ar")]
+    s = {True: "yes", False: "NO", None: "-"}[row.get("identical_to_ar")]
+    return f"({s})" if row.get("numerics") == "fast" and s != "-" else s
 
 
 def format_table(summary: dict) -> str:

@@ -176,6 +176,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         summary["by_batch_size"] = summarize_batch_sizes(
             runs, sweep_runs, methods, sorted(set(batch_sizes)), batch_size, compile_s,
             sweep_compile_s, built, greedy)
+    numerics = getattr(lm.model, "numerics", "fast")
+    for row in summary["rows"] + summary.get("by_batch_size", {}).get("rows", []):
+        row["numerics"] = numerics  # the `same` column is a guarantee only when exact
     n_done = len(groups) - len(todo) + ran
     summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
                            "complete": n_done == len(groups), "stopped_by_time_limit": stopped}

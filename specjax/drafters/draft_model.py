@@ -157,8 +157,9 @@ def make_draft_model(cfg: DraftModelConfig, target_lm) -> DraftModelDrafter:
             from specjax.models.quant import quantization_of
 
             # a checkpoint path is loaded as precise as the target (a given model is used as is)
+            # (its numerics only change what is proposed, never what is accepted: fast)
             lm, desc = load(draft_model, dtype=target.dtype,
-                            quantize=quantization_of(target)), str(draft_model)
+                            quantize=quantization_of(target), numerics="fast"), str(draft_model)
         dm = lm.model
         tok_t = getattr(target_lm, "tokenizer", None)
         if tok_t is not None and lm.tokenizer is not None and tok_t.vocab_size != \

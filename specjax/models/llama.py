@@ -93,7 +93,7 @@ def rms_norm(x: Array, w: Array, eps: float) -> Array:
     return (y * w.astype(jnp.float32)).astype(x.dtype)
 
 
-def linear(x: Array, w: Array, dtype, scale: Array | None = None) -> Array:
+def linear(x: Array, w: Array, dtype, scale: Array | None = None, exact: bool = False) -> Array:
     """``x @ w.T`` with ``w`` stored ``[out, in]`` (the checkpoint layout).
 
     Computed as ``(w @ x.T).T`` (on XLA:CPU this orientation ran the small-row products of
@@ -103,12 +103,17 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None) -> Array:
     With ``scale`` (``float32[out]``), ``w`` is int8 (:mod:`specjax.models.quant`, ``w8a8``):
     each row of ``x`` is quantized to int8 with its own scale (``max |x| / 127``), the product
     accumulates in int32 and is rescaled by both scales.
+
+    ``exact`` (static): invariant numerics (:mod:`specjax.models.numerics`): every row comes
+    out bit-identically whatever the number of rows (the int8 product already does).
     """
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
     if scale is not None:
         return w8a8_matmul(x2, w, scale).astype(dtype).reshape(*lead, w.shape[0])
     w = w.astype(dtype)
+    if exact:
+        return exact_matmul(x2, w, dtype).reshape(*lead, w.shape[0])
     chunks = small_gemm_chunks(w.shape, x2.shape[0], w.dtype.itemsize)
     if chunks > 1:
         return chunked_matmul(x2, w, chunks, dtype).reshape(*lead, w.shape[0])
@@ -122,12 +127,13 @@ SMALL_GEMM_CHUNK_BYTES = 1 << 20
 SMALL_GEMM_MAX_ROWS = 32
 
 
-def small_gemm_chunks(w_shape, rows: int, itemsize: int) -> int:
+def small_gemm_chunks(w_shape, rows: int, itemsize: int, any_backend: bool = False) -> int:
     """Number of row chunks :func:`linear` splits ``w`` into for a product with ``rows`` rows
-    (1: no split). Only on the CPU backend, for 2..``SMALL_GEMM_MAX_ROWS`` rows, and only into
-    chunks that divide the output dimension evenly."""
+    (1: no split). Only on the CPU backend (``any_backend``: on every backend), for
+    2..``SMALL_GEMM_MAX_ROWS`` rows, and only into chunks that divide the output dimension
+    evenly."""
     if not SMALL_GEMM_CHUNK_BYTES or not 2 <= rows <= SMALL_GEMM_MAX_ROWS or \
-            jax.default_backend() != "cpu":
+            (jax.default_backend() != "cpu" and not any_backend):
         return 1
     out, inp = w_shape
     c = min(out, (out * inp * itemsize) // SMALL_GEMM_CHUNK_BYTES)
@@ -153,6 +159,24 @@ def chunked_matmul(x: Array, w: Array, chunks: int, dtype) -> Array:
     y = jax.lax.dot_general(wc, xb, (((2,), (2,)), ((0,), (0,))),
                             preferred_element_type=dtype)  # [chunks, o / chunks, t]
     return jnp.transpose(y, (2, 0, 1)).reshape(t, o)
+
+
+def exact_matmul(x: Array, w: Array, dtype) -> Array:
+    """``x @ w.T`` as the chunked product with rows padded to the reference row class
+    (:func:`specjax.models.numerics.row_plan`; split into equal products when no single one
+    is in the class), so that a row's result does not depend on how many rows share it."""
+    from specjax.models.numerics import pad_rows, row_plan
+
+    t, i = x.shape
+    rows, n = row_plan(t, "linear", tuple(w.shape), x.dtype)
+    chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
+    xp = pad_rows(x, rows * n)
+    # float32 results, rounded to ``dtype`` after: the rows are the same in float32
+    if n == 1:
+        return chunked_matmul(xp, w, chunks, jnp.float32)[:t].astype(dtype)
+    y = jax.lax.map(lambda xc: chunked_matmul(xc, w, chunks, jnp.float32),
+                    xp.reshape(n, rows, i))
+    return y.reshape(n * rows, -1)[:t].astype(dtype)
 
 
 def quantize_rows(x: Array) -> tuple[Array, Array]:
@@ -202,14 +226,14 @@ class Attention(nnx.Module):
 
     def __call__(self, x, positions, k_cache, v_cache, lengths, mask, inv_freq, dtype,
                  write_offset: int = 0, impl: str = "dense", write: bool = True,
-                 prefix_empty: bool = False):
+                 prefix_empty: bool = False, exact: bool = False):
         """``mask``: ``bool[B, T, W]`` over the scratch window ``lengths + [0, W)``; the
         committed prefix ``< lengths`` is always visible. ``write=False`` leaves the cache
         as it is (the caller writes the returned ``k, v``; needs ``write_offset == 0``).
         ``prefix_empty`` (static): every row's prefix is empty (prefill), skip that part."""
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = linear(x, self.wqkv[...], dtype, _scale(self.wqkv_scale))
+        qkv = linear(x, self.wqkv[...], dtype, _scale(self.wqkv_scale), exact)
         if self.bqkv is not None:
             qkv = qkv + self.bqkv[...].astype(dtype)
         q, k, v = jnp.split(qkv, [h * hd, (h + kvh) * hd], axis=-1)
@@ -220,6 +244,15 @@ class Attention(nnx.Module):
             k_cache = write_block(k_cache, k, lengths + write_offset)
             v_cache = write_block(v_cache, v, lengths + write_offset)
         W = mask.shape[2]
+        if exact:  # invariant numerics: see specjax.models.numerics
+            from specjax.models.numerics import exact_attention
+
+            k_all = k_cache if write else write_block(k_cache, k, lengths)
+            v_all = v_cache if write else write_block(v_cache, v, lengths)
+            out = exact_attention(q, k_all, v_all, lengths, mask, dtype)
+            out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype,
+                         _scale(self.wo_scale), exact)
+            return out, k_cache, v_cache, k, v
         if write_offset == 0 and W == T:  # the window is the new block itself
             k_win, v_win = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
         else:  # levels written earlier sit in the scratch window of the cache
@@ -285,11 +318,11 @@ class MLP(nnx.Module):
         self.w_gate_up_scale = nnx.data(None)  # int8 weights: per-row scales (specjax.models.quant)
         self.w_down_scale = nnx.data(None)
 
-    def __call__(self, x, dtype):
+    def __call__(self, x, dtype, exact: bool = False):
         gate, up = jnp.split(linear(x, self.w_gate_up[...], dtype,
-                                    _scale(self.w_gate_up_scale)), 2, axis=-1)
+                                    _scale(self.w_gate_up_scale), exact), 2, axis=-1)
         return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype,
-                      _scale(self.w_down_scale))
+                      _scale(self.w_down_scale), exact)
 
 
 class Block(nnx.Module):
@@ -313,13 +346,21 @@ class Llama(nnx.Module):
     ``"pallas_mosaic_gpu"``, ``"pallas_mosaic_tpu"``, or ``"pallas"`` for the platform's
     Pallas backend), which attends to the committed prefix up to each row's length and to the
     scratch window under the tree mask, merging the two by log-sum-exp.
+
+    ``numerics`` (static): ``"fast"`` (default) or ``"exact"``: invariant numerics, where the
+    logits of a token do not depend on how many tokens or rows share its forward (one-token
+    decoding, a verify block, a tree, a batch), at a measured cost
+    (:mod:`specjax.models.numerics`, docs/benchmarks.md). Speculative decoding is token-identical
+    to plain decoding in every precision only when both run ``exact``.
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None,
-                 param_dtype=jnp.float32, dtype=jnp.float32, attention_impl: str = "dense"):
+                 param_dtype=jnp.float32, dtype=jnp.float32, attention_impl: str = "dense",
+                 numerics: str = "fast"):
         rngs = rngs if rngs is not None else nnx.Rngs(0)
         self.cfg = cfg
         self.set_attention_impl(attention_impl)
+        self.set_numerics(numerics)
         self.dtype = jnp.dtype(dtype)
         self.embed = nnx.Param(
             nnx.initializers.normal(0.02)(rngs.params(), (cfg.vocab_size, cfg.hidden_size),
@@ -348,6 +389,16 @@ class Llama(nnx.Module):
                 f"unknown attention_impl {name!r}; valid: {', '.join(ATTENTION_IMPLS)}")
         self.attention_impl = name
 
+    def set_numerics(self, name: str) -> None:
+        """``"fast"`` or ``"exact"`` (see the class doc)."""
+        from specjax.models.numerics import check_numerics
+
+        self.numerics = check_numerics(name)
+
+    @property
+    def exact(self) -> bool:
+        return getattr(self, "numerics", "fast") == "exact"
+
     def init_cache(self, batch: int, max_len: int, dtype=None) -> KVCache:
         cfg = self.cfg
         return KVCache.init(cfg.num_layers, batch, max_len, cfg.num_kv_heads, cfg.head_dim,
@@ -360,6 +411,9 @@ class Llama(nnx.Module):
         w = self.embed[...] if self.lm_head is None else self.lm_head[...]
         lead = h.shape[:-1]
         rows = math.prod(lead)
+        if self.exact:
+            return exact_matmul(h.reshape(rows, -1).astype(self.dtype), w.astype(self.dtype),
+                                jnp.float32).reshape(*lead, w.shape[0])
         chunks = small_gemm_chunks(w.shape, rows, jnp.dtype(self.dtype).itemsize)
         if chunks > 1:  # a few rows (verification): see chunked_matmul
             return chunked_matmul(h.reshape(rows, -1).astype(self.dtype), w.astype(self.dtype),
@@ -437,6 +491,11 @@ class Llama(nnx.Module):
         in_cache = cache.lengths[:, None] + jnp.arange(W)[None] < cache.max_len
         mask = attn_mask.astype(bool) & in_cache[:, None, :]
         x = jnp.take(self.embed[...], tokens, axis=0).astype(dtype)
+        exact = self.exact
+        if exact:
+            from specjax.models.numerics import rms_norm_exact as norm
+        else:
+            norm = rms_norm
         ks, vs = list(cache.k), list(cache.v)
         new_k, new_v = [None] * cfg.num_layers, [None] * cfg.num_layers
         hidden = {}
@@ -444,19 +503,19 @@ class Llama(nnx.Module):
             blk = self.layers[i]
             if i not in skip_attn:
                 a, ks[i], vs[i], new_k[i], new_v[i] = blk.attn(
-                    rms_norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
+                    norm(x, blk.attn_norm[...], cfg.rms_norm_eps), positions, ks[i], vs[i],
                     cache.lengths, mask, inv_freq, dtype, write_offset, impl,
-                    write=not defer_cache_write, prefix_empty=prefix_empty,
+                    write=not defer_cache_write, prefix_empty=prefix_empty, exact=exact,
                 )
                 x = x + a
             if i not in skip_mlp:
-                x = x + blk.mlp(rms_norm(x, blk.mlp_norm[...], cfg.rms_norm_eps), dtype)
+                x = x + blk.mlp(norm(x, blk.mlp_norm[...], cfg.rms_norm_eps), dtype, exact)
             if i in hidden_layers:
                 hidden[i] = x
         missing = [i for i in hidden_layers if i not in hidden]
         if missing:
             raise ValueError(f"hidden_layers {missing} are not computed (exit_layer={n_layers})")
-        h = rms_norm(x, self.final_norm[...], cfg.rms_norm_eps)
+        h = norm(x, self.final_norm[...], cfg.rms_norm_eps)
         if not compute_logits:
             logits = jnp.zeros((B, T, 0), jnp.float32)
         elif logits_index is not None:

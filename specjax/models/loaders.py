@@ -75,7 +75,7 @@ def resolve_preset(name: str) -> Path:
 
 
 def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
-         quantize: str | None = None) -> LoadedModel:
+         quantize: str | None = None, numerics: str = "exact") -> LoadedModel:
     """Loads a model by preset name, GGUF file path, or Hugging Face directory.
 
     Args:
@@ -87,6 +87,10 @@ def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
       param_dtype: storage dtype of the weights (default: ``dtype``).
       quantize: ``None``/``"none"`` or ``"w8a8"``: int8 weights of the linear layers and the
         LM head, int8 activations (:mod:`specjax.models.quant`).
+      numerics: ``"exact"`` (default): invariant numerics, a token's logits do not depend on
+        how many tokens share its forward, so speculative decoding returns exactly what
+        plain decoding returns in every dtype and quantization; ``"fast"``: the platform's
+        fastest kernels (:mod:`specjax.models.numerics`).
     """
     from specjax.models import quant
 
@@ -97,6 +101,7 @@ def load(spec: str | Path, *, dtype=jnp.float32, param_dtype=None,
     if quantize not in (None, "none"):
         out.model = quant.quantize(out.model, quantize)
         out.details["quantization"] = quantize
+    out.model.set_numerics(numerics)
     return out
 
 

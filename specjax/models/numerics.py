@@ -1,0 +1,282 @@
+"""Invariant ("exact") numerics: the logits of a token do not depend on how many other tokens
+share its forward.
+
+Speculative decoding verifies k drafted tokens in one forward; plain decoding runs one token
+per forward; a batch runs many rows at once. In ``fast`` numerics these forwards reduce in
+different orders (XLA picks a kernel by shape: a one-row product is a matrix-vector kernel, a
+few rows another kernel, some row counts a third; attention over a verify block splits its
+keys at the block start; a norm's sum is vectorised by shape), so the logits differ in the last
+bits and, in bfloat16 or int8, now and then the argmax. ``exact`` numerics fix every order:
+
+* **products** (:func:`exact_rows`): XLA:CPU's batched matrix products sum every row in the same
+  order for all row counts of one *class*; a one-row product and some row counts (measured:
+  25-32, 49-64, 81-96, ... on this project's CPU) use other kernels. ``exact`` pads the rows of
+  every float product to the nearest row count of the reference class. The classes are not
+  assumed: :func:`row_count_invariant` measures them once per process on the running machine
+  (a row count is accepted when every row of its product is bit-identical to that row
+  computed in a two-row product). int8 products (``w8a8``) accumulate in int32 and are exact
+  in any order, so they need no padding.
+* **sums** (:func:`fixed_sum`): RMSNorm's mean and the softmax denominators are explicit
+  pairwise trees of element-wise adds over fixed halves of the axis, independent of the other
+  dimensions.
+* **attention** (:func:`exact_attention`): a query at position ``p`` reads its keys in two
+  fixed parts: the positions ``<= p - tail`` through one product over the whole cache row
+  (padded to the reference row class; the same slots hold the same keys whether the query is
+  decoded alone or verified in a block), and its last ``tail`` positions gathered in position
+  order (a tree node's ancestors sit at scattered scratch slots, a decoded path at contiguous
+  ones: gathered by rank both become the same list) and reduced by fixed element-wise trees.
+
+What is by construction and what is measured: the trees, the int8 products and the gathered
+tail are order-fixed by construction; that a float product's row is the same in every row
+count of its class is a property of the platform's kernels, checked per process by the probe
+and by the tests (``tests/test_numerics.py``) on the real model's shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+NUMERICS = ("fast", "exact")
+
+# positions at the end of every query's key list that exact attention reads by rank
+# (element-wise, in position order); trees deeper than this are still correct but lose the
+# invariance guarantee
+EXACT_TAIL = 32
+# how far past a row count the search for a reference-class row count may go
+_MAX_PAD = 32
+# the largest chunk tried when products must be split (row_plan)
+_MAX_CHUNK = 64
+
+
+def check_numerics(name: str) -> str:
+    if name not in NUMERICS:
+        raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {name!r}")
+    return name
+
+
+def fixed_sum(x: jax.Array, axis: int = -1) -> jax.Array:
+    """Sum over ``axis`` as a fixed pairwise tree of element-wise adds: halves while the
+    length is even, then the remaining slices left to right. The order depends only on the
+    axis length, never on the other dimensions or on the backend's reduction strategy."""
+    axis = axis % x.ndim
+    while x.shape[axis] > 1 and x.shape[axis] % 2 == 0:
+        h = x.shape[axis] // 2
+        x = (jax.lax.slice_in_dim(x, 0, h, axis=axis)
+             + jax.lax.slice_in_dim(x, h, 2 * h, axis=axis))
+    acc = jax.lax.index_in_dim(x, 0, axis=axis, keepdims=False)
+    for i in range(1, x.shape[axis]):
+        acc = acc + jax.lax.index_in_dim(x, i, axis=axis, keepdims=False)
+    return acc
+
+
+def rms_norm_exact(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    xf = x.astype(jnp.float32)
+    ms = fixed_sum(xf * xf, -1)[..., None] / jnp.float32(x.shape[-1])
+    y = xf * jax.lax.rsqrt(ms + eps)
+    return (y * w.astype(jnp.float32)).astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------- row classes
+
+def _probe_linear(m: int, shape, dtype, out_dtype) -> bool:
+    from specjax.models.llama import chunked_matmul, small_gemm_chunks
+
+    o, i = shape
+    chunks = max(small_gemm_chunks(shape, 2, dtype.itemsize, any_backend=True), 1)
+    rng = np.random.default_rng(m)
+    w = jnp.asarray(rng.standard_normal((o, i)) / math.sqrt(i), dtype)
+    x = jnp.asarray(rng.standard_normal((m, i)), dtype)
+    f = jax.jit(lambda a, b: chunked_matmul(a, b, chunks, out_dtype))
+    y = np.asarray(f(x, w))
+    g = jax.jit(lambda a, b: chunked_matmul(a, b, chunks, out_dtype))
+    ref = np.stack([np.asarray(g(jnp.stack([x[r], x[0]]), w))[0] for r in range(m)])
+    return bool(np.array_equal(y, ref))
+
+
+def _probe_attention(t: int, shape, dtype, out_dtype) -> bool:
+    g, hd, s = shape  # query heads per key/value head, head dimension, cache length
+    rng = np.random.default_rng(t)
+    q = jnp.asarray(rng.standard_normal((1, t, 1, g, hd)), dtype)
+    k = jnp.asarray(rng.standard_normal((1, s, 1, hd)), dtype)
+    p = jnp.asarray(rng.random((1, 1, g, t, s)), dtype)
+    sc = jax.jit(lambda a, b: jnp.einsum("btkgd,bskd->bkgts", a, b,
+                                         preferred_element_type=jnp.float32))
+    pv = jax.jit(lambda a, b: jnp.einsum("bkgts,bskd->btkgd", a, b,
+                                         preferred_element_type=out_dtype))
+    s_all, o_all = np.asarray(sc(q, k)), np.asarray(pv(p, k))
+    for r in range(t):
+        j = [r, 0]  # the reference: a two-token product (for t = 1 too)
+        s2 = np.asarray(sc(q[:, j], k))[:, :, :, 0]
+        o2 = np.asarray(pv(p[:, :, :, j], k))[:, 0]
+        if not (np.array_equal(s_all[:, :, :, r], s2) and np.array_equal(o_all[:, r], o2)):
+            return False
+    return True
+
+
+_PROBES = {"linear": _probe_linear, "attention": _probe_attention}
+
+
+@functools.lru_cache(maxsize=None)
+def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backend: str) -> bool:
+    """Whether a float product of kind ``kind`` with ``m`` rows gives every row bit-identically
+    to the two-row reference program of the same shape, on this backend (measured once per
+    process; the kernels are chosen by shape, so the probe uses the real one).
+
+    Products accumulate and return float32 (``dtype_name`` is the operands' dtype): a
+    bfloat16 result would round most order differences away in the probe, not in a model.
+
+    ``"linear"``: :func:`specjax.models.llama.chunked_matmul` of ``m`` rows against a
+    ``shape = (out, in)`` weight. ``"attention"``: the score and value products of ``m``
+    tokens, ``shape = (query heads per key/value head, head dim, cache length)``; the
+    reference is a two-token product (one token counts when it has several query heads per
+    key/value head: that many rows)."""
+    del backend  # part of the cache key: the probe runs on the default backend
+    if kind == "linear" and m < 2:
+        return False
+    if kind == "attention" and m * shape[0] < 2:
+        return False
+    with jax.ensure_compile_time_eval():  # called while a forward is traced: run it now
+        return _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32))
+
+
+def exact_rows(m: int, kind: str, shape: tuple, dtype) -> int:
+    """The smallest row count (tokens, for ``"attention"``) ``>= m`` in the reference class
+    of products of this ``kind`` and ``shape`` (see :func:`row_count_invariant`); linear
+    products get at least two rows. Raises when none is within reach (see :func:`row_plan`)."""
+    rows, n = row_plan(m, kind, shape, dtype)
+    if n != 1:
+        raise RuntimeError(f"exact numerics: no single {kind} product {tuple(shape)} of "
+                           f">= {m} rows is in the reference class (row_plan splits it)")
+    return rows
+
+
+def row_plan(m: int, kind: str, shape: tuple, dtype) -> tuple[int, int]:
+    """How to run a product of ``m`` rows so that every row comes out as in the reference
+    (two-row) program: ``(r, n)``, ``n`` products of ``r`` rows each (``r * n >= m``, rows
+    padded). One product of the nearest row count of the class when there is one within
+    reach; otherwise (small shapes, where XLA switches kernels for good past some size)
+    ``n`` equal products of the largest class row count below ``m``."""
+    name = jnp.dtype(dtype).name
+    backend = jax.default_backend()
+    lo = max(m, 2) if kind == "linear" else max(m, 1)
+    shape = tuple(shape)
+    for r in range(lo, lo + _MAX_PAD):
+        if row_count_invariant(kind, r, shape, name, backend):
+            return r, 1
+    for r in range(min(lo - 1, _MAX_CHUNK), 0, -1):
+        if row_count_invariant(kind, r, shape, name, backend):
+            return r, -(-m // r)
+    raise RuntimeError(
+        f"exact numerics: no row count gives {kind} products {shape} of {name} rows "
+        f"identical to the two-row program on the {backend} backend; use numerics='fast' on "
+        "this platform")
+
+
+def pad_rows(x: jax.Array, rows: int, axis: int = 0) -> jax.Array:
+    n = x.shape[axis]
+    if rows == n:
+        return x
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, rows - n)
+    return jnp.pad(x, pad)
+
+
+# ----------------------------------------------------------------------------- attention
+
+def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAIL):
+    """Softmax attention with a fixed order of every sum (see the module doc).
+
+    Args:
+      q: ``[B, T, H, Dh]`` queries (rotary applied).
+      k_all, v_all: ``[B, S, KVH, Dh]``: the cache *with the new block written* at
+        ``lengths + [0, W)``.
+      lengths: ``int32[B]`` committed prefix lengths (always visible).
+      mask: ``bool[B, T, W]`` visibility of the window slots ``lengths + [0, W)``; visible
+        window slots must be in position order (chains and breadth-first trees are).
+      dtype: compute dtype of the value product.
+      tail: positions per query read by rank.
+
+    Returns:
+      ``[B, T, H, Dh]`` in ``dtype``.
+    """
+    B, T, H, hd = q.shape
+    S, kvh = k_all.shape[1], k_all.shape[2]
+    G = H // kvh
+    R = int(tail)
+    scale = 1.0 / math.sqrt(hd)
+    neg = jnp.float32(-jnp.inf)
+    mask = mask.astype(bool)
+    # --- ranks: every query's visible keys in position order
+    cnt = jnp.cumsum(mask.astype(jnp.int32), axis=-1)  # [B, T, W]
+    L = lengths.astype(jnp.int32)
+    n_vis = L[:, None] + cnt[..., -1]  # [B, T] keys this query sees (its position + 1)
+    split = n_vis - R  # ranks < split: the product part; ranks >= split: the tail
+    r = split[..., None] + jnp.arange(R, dtype=jnp.int32)  # [B, T, R] tail ranks
+    wr = r - L[:, None, None]  # rank inside the window (negative: committed prefix)
+    match = ((cnt[:, :, None, :] - 1) == wr[..., None]) & mask[:, :, None, :]  # [B,T,R,W]
+    slot = jnp.where(wr < 0, r, L[:, None, None] + jnp.argmax(match, axis=-1))
+    tail_ok = r >= 0
+    slot = jnp.clip(slot, 0, S - 1)
+    # --- tail: gathered keys/values, element-wise scores and sums in rank order
+    flat = slot.reshape(B, T * R)[:, :, None, None]
+    k_t = jnp.take_along_axis(k_all, flat, axis=1).reshape(B, T, R, kvh, hd)
+    v_t = jnp.take_along_axis(v_all, flat, axis=1).reshape(B, T, R, kvh, hd)
+    qg = q.reshape(B, T, kvh, G, hd).astype(jnp.float32)
+    kt = jnp.transpose(k_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
+    s_t = fixed_sum(qg[:, :, :, :, None, :] * kt[:, :, :, None, :, :], -1) * scale
+    s_t = jnp.where(tail_ok[:, :, None, None, :], s_t, neg)  # [B, T, KVH, G, R]
+    # --- the rest: one product over the cache row, rows padded to the reference class
+    slots = jnp.arange(S, dtype=jnp.int32)
+    # a slot is in the product part when it is visible and its rank is below the split: a
+    # committed slot's rank is the slot; a window slot's rank is L + (visible count up to it)
+    w_idx = jnp.clip(slots[None, :] - L[:, None], 0, mask.shape[2] - 1)  # [B, S]
+    in_win = (slots[None, :] >= L[:, None]) & (slots[None, :] < L[:, None] + mask.shape[2])
+    win_vis = jnp.take_along_axis(mask, jnp.broadcast_to(w_idx[:, None, :], (B, T, S)), axis=2)
+    win_rank = L[:, None, None] + jnp.take_along_axis(
+        cnt, jnp.broadcast_to(w_idx[:, None, :], (B, T, S)), axis=2) - 1
+    rank = jnp.where(in_win[:, None, :], win_rank, slots[None, None, :])
+    visible = jnp.where(in_win[:, None, :], win_vis, slots[None, None, :] < L[:, None, None])
+    pre = visible & (rank < split[..., None])  # [B, T, S]
+    r_tok, n_chunks = row_plan(T, "attention", (G, hd, S), dtype)
+    Tp = r_tok * n_chunks
+    m_t = jnp.max(s_t, axis=-1)  # [B, T, KVH, G]
+    # slots no query reads may hold scratch (possibly non-finite): 0 * NaN would leak
+    v1 = jnp.where(jnp.any(pre, axis=1)[:, :, None, None], v_all.astype(dtype), 0)
+    k1 = k_all.astype(dtype)
+
+    def product_part(args):
+        """Scores, max, exp, sums and the value product of ``r_tok`` queries."""
+        qc, prec, mtc = args  # [B, r, KVH, G, Dh], [B, r, S], [B, r, KVH, G]
+        s1 = jnp.einsum("btkgd,bskd->bkgts", qc, k1, preferred_element_type=jnp.float32)
+        s1 = jnp.where(prec[:, None, None], s1 * scale, neg)  # [B, KVH, G, r, S]
+        mc = jnp.maximum(jnp.max(s1, axis=-1), jnp.transpose(mtc, (0, 2, 3, 1)))
+        mc = jnp.where(jnp.isneginf(mc), 0.0, mc)  # a query that sees nothing: zeros
+        p1 = jnp.exp(s1 - mc[..., None])
+        oc = jnp.einsum("bkgts,bskd->btkgd", p1.astype(dtype), v1,
+                        preferred_element_type=jnp.float32)
+        return oc, fixed_sum(p1, -1), mc  # [B,r,KVH,G,Dh], [B,KVH,G,r], [B,KVH,G,r]
+
+    parts = (pad_rows(q.reshape(B, T, kvh, G, hd), Tp, axis=1), pad_rows(pre, Tp, axis=1),
+             pad_rows(m_t, Tp, axis=1))
+    if n_chunks == 1:
+        out, l, m = product_part(parts)
+    else:  # equal-shaped products, one per chunk of queries
+        split = [jnp.moveaxis(a.reshape(B, n_chunks, r_tok, *a.shape[2:]), 1, 0)
+                 for a in parts]
+        oc, lc, mc = jax.lax.map(product_part, tuple(split))
+        out = jnp.moveaxis(oc, 0, 1).reshape(B, Tp, kvh, G, hd)
+        l = jnp.moveaxis(lc, 0, 3).reshape(B, kvh, G, Tp)
+        m = jnp.moveaxis(mc, 0, 3).reshape(B, kvh, G, Tp)
+    out, l, m = out[:, :T], l[..., :T], m[..., :T]
+    p_t = jnp.exp(s_t - jnp.transpose(m, (0, 3, 1, 2))[..., None])  # [B, T, KVH, G, R]
+    l = l + jnp.transpose(fixed_sum(p_t, -1), (0, 2, 3, 1))  # [B, KVH, G, T]
+    vt = jnp.transpose(v_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
+    out = out + fixed_sum(p_t[..., None] * vt[:, :, :, None, :, :], -2)  # [B,T,KVH,G,Dh]
+    l = jnp.transpose(l, (0, 3, 1, 2))
+    l = jnp.where(l == 0.0, 1.0, l)
+    return (out / l[..., None]).reshape(B, T, H, hd).astype(dtype)

@@ -1,0 +1,246 @@
+"""Invariant ("exact") numerics: a token's logits do not depend on how many tokens or rows share
+its forward, in float32, bfloat16 and w8a8 (specjax.models.numerics).
+
+Every check is bit-for-bit (``np.array_equal``), against one-token decoding of the same model in
+the same numerics."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from spec_helpers import mixed_prompts
+
+from specjax import methods
+from specjax.config import tiny_config
+from specjax.engine import generate
+from specjax.models import numerics
+from specjax.models.loaders import random_model
+from specjax.models.quant import quantize
+
+PRECISIONS = ("float32", "bfloat16", "w8a8")
+LONG = pytest.mark.long
+
+
+def grid(cases, quick):
+    """``cases`` as parameters, those not in ``quick`` marked ``long`` (the default run keeps
+    a few minutes; ``pytest -m long`` runs the rest)."""
+    return [c if c in quick else pytest.param(*c if isinstance(c, tuple) else (c,),
+                                              marks=LONG) for c in cases]
+
+
+def exact_model(precision: str, seed: int = 1, **cfg):
+    cfg = tiny_config(**{"vocab_size": 96, "num_layers": 2, **cfg})
+    model = random_model(cfg, seed=seed,
+                         dtype=jnp.bfloat16 if precision == "bfloat16" else jnp.float32)
+    if precision == "w8a8":
+        model = quantize(model)
+    model.set_numerics("exact")
+    return model
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def test_fixed_sum_order_does_not_depend_on_other_dimensions():
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((7, 5, 576)), jnp.float32)
+    full = np.asarray(numerics.fixed_sum(x, -1))
+    for i in range(7):  # each row alone, and in a batch of two
+        assert np.array_equal(np.asarray(numerics.fixed_sum(x[i:i + 1], -1))[0], full[i])
+        assert np.array_equal(np.asarray(numerics.fixed_sum(x[i, :1], -1))[0], full[i, 0])
+    np.testing.assert_allclose(full, np.asarray(x).sum(-1), rtol=1e-5, atol=1e-5)
+    assert numerics.fixed_sum(jnp.ones((3, 1)), -1).shape == (3,)
+
+
+@pytest.mark.parametrize("kind,shape", grid(
+    [("linear", (64, 64)), ("linear", (256, 128)), ("attention", (2, 16, 64)),
+     ("attention", (1, 16, 48))], quick=[("linear", (64, 64)), ("attention", (2, 16, 64))]))
+def test_row_plans_are_in_the_probed_reference_class(kind, shape):
+    backend = jax.default_backend()
+    for dt in ("float32", "bfloat16"):
+        for m in (1, 3, 17, 27):
+            r, n = numerics.row_plan(m, kind, shape, dt)
+            assert r * n >= m and (n == 1 or r < m)
+            assert r >= 2 or kind == "attention"
+            assert numerics.row_count_invariant(kind, r, shape, dt, backend)
+    assert not numerics.row_count_invariant("linear", 1, shape, "float32", backend)
+
+
+def test_numerics_switch_is_checked():
+    model = random_model(tiny_config(), seed=0)
+    assert model.numerics == "fast"
+    with pytest.raises(ValueError, match="numerics must be one of fast, exact"):
+        model.set_numerics("strict")
+
+
+# ----------------------------------------------------------------------------- the forward
+
+
+@nnx.jit
+def _fwd(model, tokens, positions, cache, attn_mask=None):
+    """The forward as the engine runs it: compiled (an eager op-by-op call is not what the
+    invariance is about: under the suite's -O0 backend an eager call has differed)."""
+    return model(tokens, positions, cache, attn_mask=attn_mask)
+
+
+def _prefill(model, rows, S):
+    B = len(rows)
+    P = max(len(r) for r in rows)
+    toks = np.zeros((B, P), np.int32)
+    for b, r in enumerate(rows):
+        toks[b, :len(r)] = r
+    cache = model.init_cache(B, S)
+    out = _fwd(model, jnp.asarray(toks), jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache)
+    return out.cache.with_lengths(jnp.asarray([len(r) for r in rows], jnp.int32))
+
+
+def _decode_each(model, cache, seq, n):
+    """Logits of one-token decoding of ``seq[b, lengths[b] + i]``, i < n: ``[B, n, V]``."""
+    B = seq.shape[0]
+    got = []
+    for _ in range(n):
+        L = np.asarray(cache.lengths)
+        tok = jnp.asarray(seq[np.arange(B), L][:, None], jnp.int32)
+        o = _fwd(model, tok, cache.lengths[:, None], cache)
+        got.append(np.asarray(o.logits[:, 0]))
+        cache = o.cache.advance(jnp.ones((B,), jnp.int32))
+    return np.stack(got, 1)
+
+
+VERIFY = [(p, b, h) for p in PRECISIONS for b, h in ((1, (4, 2)), (3, (4, 2)), (8, (4, 2)),
+                                                     (1, (2, 2)))]
+
+
+@pytest.mark.parametrize("precision,batch,heads", grid(
+    VERIFY, quick=[("bfloat16", 3, (4, 2)), ("w8a8", 1, (2, 2))]),
+    ids=[f"{p}-b{b}-{'mha' if h[0] == h[1] else 'gqa'}" for p, b, h in VERIFY])
+def test_verify_blocks_equal_one_token_decoding(precision, batch, heads):
+    """A verify forward over k = 1..17 tokens on top of mixed prefix lengths gives the logits
+    of one-token decoding, bit for bit (multi-head attention too: one query row per head)."""
+    model = exact_model(precision, num_heads=heads[0], num_kv_heads=heads[1])
+    rng = np.random.default_rng(batch)
+    seq = rng.integers(0, 96, (batch, 48))
+    lens = [int(x) for x in rng.integers(3, 14, batch)]
+    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(batch)], 64)
+    ref = _decode_each(model, cache0, seq, 17)
+    L = np.asarray(cache0.lengths)
+    for k in (1, 2, 5, 9, 17):
+        idx = L[:, None] + np.arange(k)[None]
+        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
+        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
+        assert np.array_equal(got, ref[:, :k]), (precision, batch, k)
+
+
+@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["bfloat16"]))
+def test_tree_nodes_equal_decoding_their_paths(precision):
+    """Each node of a tree (ancestors at scattered scratch slots) gets the logits of decoding
+    its root-to-node path one token at a time."""
+    model = exact_model(precision)
+    parents = [-1, 0, 0, 1, 2, 2, 5, 6]
+    N = len(parents)
+    anc = np.zeros((N, N), bool)
+    for n in range(N):
+        a = n
+        while a >= 0:
+            anc[n, a] = True
+            a = parents[a]
+    depth = anc.sum(1) - 1
+    rng = np.random.default_rng(3)
+    B = 2
+    cache0 = _prefill(model, [rng.integers(0, 96, 9).tolist(), rng.integers(0, 96, 5).tolist()],
+                      48)
+    nodes = rng.integers(0, 96, (B, N))
+    L = np.asarray(cache0.lengths)
+    out = _fwd(model, jnp.asarray(nodes, jnp.int32),
+               jnp.asarray(L[:, None] + depth[None], jnp.int32), cache0,
+               jnp.broadcast_to(jnp.asarray(anc)[None], (B, N, N)))
+    got = np.asarray(out.logits)
+    for n in range(N):
+        path = [a for a in range(N) if anc[n, a]]
+        ref = _decode_each(model, cache0, _path_seq(nodes[:, path], L), len(path))
+        assert np.array_equal(got[:, n], ref[:, -1]), (precision, n)
+
+
+def _path_seq(path_tokens, L):
+    """A ``[B, max(L) + d]`` token array with each row's path at its own offset ``L[b]``."""
+    B, d = path_tokens.shape
+    seq = np.zeros((B, int(L.max()) + d), np.int64)
+    for b in range(B):
+        seq[b, L[b]:L[b] + d] = path_tokens[b]
+    return seq
+
+
+@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["bfloat16"]))
+def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision):
+    """Other prompt lengths in the batch change the prefill length and the cache length: the
+    row's tokens must not change."""
+    model = exact_model(precision, num_layers=3)
+    prompts = mixed_prompts(4, seed=5)
+    prompts = [[t % 96 for t in p] for p in prompts]
+    batched = generate(model, prompts, max_new_tokens=12, batch_size=4).tokens
+    for p, want in zip(prompts, batched):
+        assert generate(model, [p], max_new_tokens=12).tokens[0] == want
+
+
+# ----------------------------------------------------------------------------- decoding
+
+# every drafter in every precision; the default run: prompt lookup and EAGLE in bfloat16 (where
+# fast numerics diverge most) and a draft model with a tree on w8a8
+IDENTITY = [(d, p) for p in PRECISIONS for d in (
+    "prompt_lookup", "draft_model", "eagle", "early_exit", "layer_skip", "medusa", "hydra",
+    "token_recycling")]
+QUICK = [("prompt_lookup", "bfloat16"), ("eagle", "bfloat16"), ("draft_model", "w8a8")]
+DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"}}
+
+
+def _identity(drafter, precision):
+    model = exact_model(precision, seed=4, num_layers=3)
+    prompts = [[t % 96 for t in p] for p in mixed_prompts(3, seed=11)]
+    plain = [generate(model, [p], max_new_tokens=10).tokens[0] for p in prompts]
+    m = methods.build(drafter, model, DRAFTER_ARGS.get(drafter, {}))
+    got = generate(model, prompts, max_new_tokens=10, drafter=m.drafter, policy=m.policy,
+                   batch_size=3)
+    assert got.extra["numerics"] == "exact"
+    assert got.tokens == plain, (drafter, precision)
+
+
+@pytest.mark.parametrize("drafter,precision", grid(IDENTITY, QUICK),
+                         ids=[f"{d}-{p}" for d, p in IDENTITY])
+def test_greedy_speculative_equals_plain_in_every_precision(drafter, precision,
+                                                             release_compiled):
+    _identity(drafter, precision)
+
+
+@pytest.fixture
+def release_compiled():
+    yield
+    from specjax import engine
+
+    engine.COMPILED._cache.clear()
+    jax.clear_caches()
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["bfloat16"]))
+def test_real_model_verify_blocks_equal_decoding(precision):
+    """SmolLM2-135M: verify blocks of 1, 4 and 9 tokens give one-token decoding's logits."""
+    from specjax.models.loaders import load
+
+    lm = load("smollm2-135m", dtype=jnp.bfloat16 if precision == "bfloat16" else jnp.float32,
+              quantize="w8a8" if precision == "w8a8" else None)
+    assert lm.model.numerics == "exact"  # the default of load()
+    model = lm.model
+    ids = lm.tokenizer.encode_chat("Summarize: the cat sat on the mat and looked at the dog.")
+    rng = np.random.default_rng(0)
+    seq = np.array([ids + rng.integers(0, 49152, 16).tolist(),
+                    ids[:-3] + rng.integers(0, 49152, 19).tolist()])
+    lens = [len(ids), len(ids) - 3]
+    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(2)], 128)
+    ref = _decode_each(model, cache0, seq, 9)
+    L = np.asarray(cache0.lengths)
+    for k in (1, 4, 9):
+        idx = L[:, None] + np.arange(k)[None]
+        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
+        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
+        assert np.array_equal(got, ref[:, :k]), (precision, k)
