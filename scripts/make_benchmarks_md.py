@@ -387,6 +387,30 @@ def training_section() -> list[str]:
     return out + [""]
 
 
+def exactness_section(d: dict) -> list[str]:
+    """docs/results/exactness.json (scripts/measure_exactness.py): the price of exact numerics
+    and token identity with and without them."""
+    out = ["## The price of exact numerics (issue 22)", "",
+           f"`{d['command']}` ({d['date']}, {d['machine']}); {d['prompts']} built-in prompts, "
+           f"{d['max_new_tokens']} new tokens, median of {d['repeats']} repeats after a "
+           "compiling run; decode tokens/s of the whole generate call. `identical`: prompts "
+           "where prompt lookup's tokens equal plain decoding's (same numerics).", "",
+           "| precision | numerics | plain b1 tok/s | plain b4 tok/s | exact cost b1 | "
+           "exact cost b4 | prompt lookup b1 | b4 | identical b1 | b4 | unseen identical "
+           "(b4) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        cost = [f"{100 * r[k]:.0f}%" if k in r else "-" for k in ("ar_b1_cost_vs_fast",
+                                                                   "ar_b4_cost_vs_fast")]
+        un = (f"{r['unseen_identical']}/{r['unseen_prompts']}" if "unseen_prompts" in r
+              else "-")
+        out.append(
+            f"| {r['precision']} | {r['numerics']} | {r['ar_b1_tok_s']:.1f} | "
+            f"{r['ar_b4_tok_s']:.1f} | {cost[0]} | {cost[1]} | "
+            f"{r['prompt_lookup_b1_speedup']:.2f}x | {r['prompt_lookup_b4_speedup']:.2f}x | "
+            f"{r['identical_b1']}/{d['prompts']} | {r['identical_b4']}/{d['prompts']} | {un} |")
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -402,6 +426,9 @@ def main():
     if f.exists():
         lines += decode_section(json.loads(f.read_text()))
     lines += training_section()
+    f = RES / "exactness.json"
+    if f.exists():
+        lines += exactness_section(json.loads(f.read_text()))
     for name, title in (("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),

@@ -2,7 +2,7 @@
 
 For each precision (float32, bfloat16, w8a8) and numerics (exact, fast): plain decoding and
 prompt lookup on built-in prompts at batch 1 and 4 (decode tokens/s, median of repeats, all in
-one process, nothing else running), and on Spec-Bench questions unseen by any tuning: the share
+one process, the two modes interleaved), and on Spec-Bench questions unseen by any tuning: the share
 of prompts where prompt lookup's tokens equal plain decoding's (batch 4). Writes JSON.
 
     python scripts/measure_exactness.py --out docs/results/exactness.json
@@ -47,37 +47,42 @@ def main() -> None:
            "machine": machine_description(), "max_new_tokens": a.max_new_tokens,
            "repeats": a.repeats, "prompts": len(texts), "rows": []}
     for prec in a.precisions.split(","):
-        for numerics in ("fast", "exact"):
-            lm = load("smollm2-135m", dtype=jnp.bfloat16 if prec == "bfloat16" else jnp.float32,
-                      quantize="w8a8" if prec == "w8a8" else None, numerics=numerics)
-            tok = lm.tokenizer
-            prompts = [tok.encode_chat(t) for t in texts]
-            pl = methods.build("prompt_lookup", lm, {})
-            row = {"precision": prec, "numerics": numerics}
-            for B in (1, 4):
-                toks = {}
-                for name, drafter, policy in (("ar", None, None),
-                                              ("prompt_lookup", pl.drafter, pl.policy)):
-                    rates = []
-                    for rep in range(a.repeats + 1):  # the first run compiles
-                        t0, n, got = 0.0, 0, []
+        lm = load("smollm2-135m", dtype=jnp.bfloat16 if prec == "bfloat16" else jnp.float32,
+                  quantize="w8a8" if prec == "w8a8" else None)
+        tok = lm.tokenizer
+        prompts = [tok.encode_chat(t) for t in texts]
+        pl = methods.build("prompt_lookup", lm, {})
+        rows = {n: {"precision": prec, "numerics": n} for n in ("fast", "exact")}
+        for B in (1, 4):
+            rates = {(n, m): [] for n in rows for m in ("ar", "prompt_lookup")}
+            toks = {}
+            for rep in range(a.repeats + 1):  # the first run compiles
+                for n in rows:  # interleaved, so both modes see the same machine
+                    lm.model.set_numerics(n)
+                    for name, drafter, policy in (("ar", None, None),
+                                                  ("prompt_lookup", pl.drafter, pl.policy)):
+                        t0, cnt, got = 0.0, 0, []
                         for s in range(0, len(prompts), B):
                             r = generate(lm.model, prompts[s:s + B], batch_size=B,
                                          max_new_tokens=a.max_new_tokens, eos_ids=tok.eos_ids,
                                          drafter=drafter, policy=policy)
                             t0 += r.wall_s[0]
-                            n += sum(r.new_tokens)
+                            cnt += sum(r.new_tokens)
                             got += r.tokens
                         if rep:
-                            rates.append(n / t0)
-                    toks[name] = got
-                    row[f"{name}_b{B}_tok_s"] = statistics.median(rates)
+                            rates[(n, name)].append(cnt / t0)
+                        toks[(n, name)] = got
+            for n, row in rows.items():
+                for name in ("ar", "prompt_lookup"):
+                    row[f"{name}_b{B}_tok_s"] = statistics.median(rates[(n, name)])
                 row[f"prompt_lookup_b{B}_speedup"] = (row[f"prompt_lookup_b{B}_tok_s"]
                                                       / row[f"ar_b{B}_tok_s"])
-                row[f"identical_b{B}"] = sum(x == y for x, y in zip(toks["ar"],
-                                                                    toks["prompt_lookup"]))
-            if unseen:
-                up = [tok.encode_chat(it["prompt"]) for it in unseen]
+                row[f"identical_b{B}"] = sum(x == y for x, y in zip(toks[(n, "ar")],
+                                                                    toks[(n, "prompt_lookup")]))
+        if unseen:
+            up = [tok.encode_chat(it["prompt"]) for it in unseen]
+            for n, row in rows.items():
+                lm.model.set_numerics(n)
                 t0 = time.perf_counter()
                 plain = generate(lm.model, up, batch_size=4, max_new_tokens=a.max_new_tokens,
                                  eos_ids=tok.eos_ids).tokens
@@ -87,6 +92,7 @@ def main() -> None:
                 row["unseen_identical"] = sum(x == y for x, y in zip(plain, spec))
                 row["unseen_prompts"] = len(up)
                 row["unseen_s"] = time.perf_counter() - t0
+        for row in rows.values():
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     for r in out["rows"]:
