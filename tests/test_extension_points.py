@@ -388,4 +388,4 @@ def test_plain_and_speculative_share_state_and_stopping(target):
     assert spec_loop.speculative and spec_loop.K == 4
     assert hash(spec_loop) == hash(make_loop(target, drafter=spec_loop.drafter))
     r = generate(target, [[5, 6, 7]], max_new_tokens=6, eos_ids=(0,))
-    assert r.extra == {"method": "ar", "exact": True}
+    assert r.extra == {"method": "ar", "exact": True, "numerics": "fast"}  # a bare Llama: fast

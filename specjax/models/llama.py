@@ -168,8 +168,8 @@ def exact_matmul(x: Array, w: Array, dtype) -> Array:
     from specjax.models.numerics import pad_rows, row_plan
 
     t, i = x.shape
-    rows, n = row_plan(t, "linear", tuple(w.shape), x.dtype)
     chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
+    rows, n = row_plan(t, "linear", (*w.shape, chunks), x.dtype, chunked_matmul)
     xp = pad_rows(x, rows * n)
     # float32 results, rounded to ``dtype`` after: the rows are the same in float32
     if n == 1:

@@ -83,11 +83,8 @@ def rms_norm_exact(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
 
 # ----------------------------------------------------------------------------- row classes
 
-def _probe_linear(m: int, shape, dtype, out_dtype) -> bool:
-    from specjax.models.llama import chunked_matmul, small_gemm_chunks
-
-    o, i = shape
-    chunks = max(small_gemm_chunks(shape, 2, dtype.itemsize, any_backend=True), 1)
+def _probe_linear(m: int, shape, dtype, out_dtype, chunked_matmul) -> bool:
+    o, i, chunks = shape
     rng = np.random.default_rng(m)
     w = jnp.asarray(rng.standard_normal((o, i)) / math.sqrt(i), dtype)
     x = jnp.asarray(rng.standard_normal((m, i)), dtype)
@@ -98,7 +95,7 @@ def _probe_linear(m: int, shape, dtype, out_dtype) -> bool:
     return bool(np.array_equal(y, ref))
 
 
-def _probe_attention(t: int, shape, dtype, out_dtype) -> bool:
+def _probe_attention(t: int, shape, dtype, out_dtype, product=None) -> bool:
     g, hd, s = shape  # query heads per key/value head, head dimension, cache length
     rng = np.random.default_rng(t)
     q = jnp.asarray(rng.standard_normal((1, t, 1, g, hd)), dtype)
@@ -122,7 +119,8 @@ _PROBES = {"linear": _probe_linear, "attention": _probe_attention}
 
 
 @functools.lru_cache(maxsize=None)
-def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backend: str) -> bool:
+def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backend: str,
+                        product=None) -> bool:
     """Whether a float product of kind ``kind`` with ``m`` rows gives every row bit-identically
     to the two-row reference program of the same shape, on this backend (measured once per
     process; the kernels are chosen by shape, so the probe uses the real one).
@@ -130,8 +128,9 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     Products accumulate and return float32 (``dtype_name`` is the operands' dtype): a
     bfloat16 result would round most order differences away in the probe, not in a model.
 
-    ``"linear"``: :func:`specjax.models.llama.chunked_matmul` of ``m`` rows against a
-    ``shape = (out, in)`` weight. ``"attention"``: the score and value products of ``m``
+    ``"linear"``: ``product`` (:func:`specjax.models.llama.chunked_matmul`, passed in by the
+    model so this module imports no model code) of ``m`` rows against an ``(out, in)`` weight
+    in ``chunks`` blocks, ``shape = (out, in, chunks)``. ``"attention"``: the score and value products of ``m``
     tokens, ``shape = (query heads per key/value head, head dim, cache length)``; the
     reference is a two-token product (one token counts when it has several query heads per
     key/value head: that many rows)."""
@@ -141,21 +140,22 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     if kind == "attention" and m * shape[0] < 2:
         return False
     with jax.ensure_compile_time_eval():  # called while a forward is traced: run it now
-        return _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32))
+        return _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32),
+                             product)
 
 
-def exact_rows(m: int, kind: str, shape: tuple, dtype) -> int:
+def exact_rows(m: int, kind: str, shape: tuple, dtype, product=None) -> int:
     """The smallest row count (tokens, for ``"attention"``) ``>= m`` in the reference class
     of products of this ``kind`` and ``shape`` (see :func:`row_count_invariant`); linear
     products get at least two rows. Raises when none is within reach (see :func:`row_plan`)."""
-    rows, n = row_plan(m, kind, shape, dtype)
+    rows, n = row_plan(m, kind, shape, dtype, product)
     if n != 1:
         raise RuntimeError(f"exact numerics: no single {kind} product {tuple(shape)} of "
                            f">= {m} rows is in the reference class (row_plan splits it)")
     return rows
 
 
-def row_plan(m: int, kind: str, shape: tuple, dtype) -> tuple[int, int]:
+def row_plan(m: int, kind: str, shape: tuple, dtype, product=None) -> tuple[int, int]:
     """How to run a product of ``m`` rows so that every row comes out as in the reference
     (two-row) program: ``(r, n)``, ``n`` products of ``r`` rows each (``r * n >= m``, rows
     padded). One product of the nearest row count of the class when there is one within
@@ -166,10 +166,10 @@ def row_plan(m: int, kind: str, shape: tuple, dtype) -> tuple[int, int]:
     lo = max(m, 2) if kind == "linear" else max(m, 1)
     shape = tuple(shape)
     for r in range(lo, lo + _MAX_PAD):
-        if row_count_invariant(kind, r, shape, name, backend):
+        if row_count_invariant(kind, r, shape, name, backend, product):
             return r, 1
     for r in range(min(lo - 1, _MAX_CHUNK), 0, -1):
-        if row_count_invariant(kind, r, shape, name, backend):
+        if row_count_invariant(kind, r, shape, name, backend, product):
             return r, -(-m // r)
     raise RuntimeError(
         f"exact numerics: no row count gives {kind} products {shape} of {name} rows "
