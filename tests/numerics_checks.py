@@ -17,6 +17,7 @@ from specjax.engine import generate
 from specjax.models import numerics
 from specjax.models.loaders import random_model
 from specjax.models.quant import quantize
+from specjax.tree import ancestor_mask
 
 PRECISIONS = ("float32", "bfloat16", "w8a8")
 LONG = pytest.mark.long
@@ -142,12 +143,8 @@ def test_tree_nodes_equal_decoding_their_paths(precision):
     model = exact_model(precision)
     parents = [-1, 0, 0, 1, 2, 2, 5, 6]
     N = len(parents)
-    anc = np.zeros((N, N), bool)
-    for n in range(N):
-        a = n
-        while a >= 0:
-            anc[n, a] = True
-            a = parents[a]
+    # the engine's mask (node 0 is the root; the others' parents counted from node 1)
+    anc = np.asarray(ancestor_mask(jnp.asarray([[p - 1 for p in parents[1:]]]), N))[0]
     depth = anc.sum(1) - 1
     rng = np.random.default_rng(3)
     B = 2

@@ -8,7 +8,7 @@ few rows another kernel, some row counts a third; attention over a verify block 
 keys at the block start; a norm's sum is vectorised by shape), so the logits differ in the last
 bits and, in bfloat16 or int8, now and then the argmax. ``exact`` numerics fix every order:
 
-* **products** (:func:`exact_rows`): XLA:CPU's batched matrix products sum every row in the same
+* **products** (:func:`row_plan`): XLA:CPU's batched matrix products sum every row in the same
   order for all row counts of one *class*; a one-row product and some row counts (measured:
   25-32, 49-64, 81-96, ... on this project's CPU) use other kernels. ``exact`` pads the rows of
   every float product to the nearest row count of the reference class. The classes are not
@@ -142,17 +142,6 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     with jax.ensure_compile_time_eval():  # called while a forward is traced: run it now
         return _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32),
                              product)
-
-
-def exact_rows(m: int, kind: str, shape: tuple, dtype, product=None) -> int:
-    """The smallest row count (tokens, for ``"attention"``) ``>= m`` in the reference class
-    of products of this ``kind`` and ``shape`` (see :func:`row_count_invariant`); linear
-    products get at least two rows. Raises when none is within reach (see :func:`row_plan`)."""
-    rows, n = row_plan(m, kind, shape, dtype, product)
-    if n != 1:
-        raise RuntimeError(f"exact numerics: no single {kind} product {tuple(shape)} of "
-                           f">= {m} rows is in the reference class (row_plan splits it)")
-    return rows
 
 
 def row_plan(m: int, kind: str, shape: tuple, dtype, product=None) -> tuple[int, int]:
