@@ -238,7 +238,13 @@ def generate(
     res.extra["numerics"] = getattr(model, "numerics", "fast")
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []})
+    observe = getattr(drafter, "observe", None)  # a drafter that learns from outputs
+    stats = getattr(drafter, "stats", None)  # per-row counters of its own
     for start in range(0, len(prompts), bs):
+        if observe is not None and start > 0:  # what it learnt from the last batch
+            dparams = drafter.params()
+            if place is not None:
+                dparams = place.replicate(dparams)
         chunk = prompts[start:start + bs]
         n_real = len(chunk)
         rows = chunk + [chunk[0]] * (bs - n_real)  # pad the batch with dummy rows (budget 0)
@@ -278,6 +284,9 @@ def generate(
                 res.extra["accepted"].append(int(mt.accepted[i]))
                 res.extra["drafted_at"].append(np.asarray(mt.drafted_at[i]).tolist())
                 res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
+        if stats is not None:
+            for name, vals in jax.device_get(stats(state.draft_state)).items():
+                res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
         res.compile_s += c1 + c2
         for i in range(n_real):
             toks_i = seq[i, lens[i]:seq_len[i]].tolist()
@@ -295,6 +304,8 @@ def generate(
             else:
                 reason = "unknown"
             res.stop_reason.append(reason)
+        if observe is not None:
+            observe(rows[:n_real], res.tokens[-n_real:])
         if progress is not None:
             progress(n_real)
     return res

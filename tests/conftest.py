@@ -50,23 +50,16 @@ def tiny_gguf(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm2():
-    """The real SmolLM2-135M-Instruct (float32), loaded once per session."""
+    """The real SmolLM2-135M-Instruct (float32), loaded once per session, with fast numerics.
+
+    The invariant ("exact") forward, `load`'s default, is checked bit for bit by
+    tests/test_numerics.py in its own process with XLA's default options; under the suite's
+    -O0 backend its kernels are not the ones users run, and its many small ops make eager
+    forwards ~9x slower (test_logits_match_transformers: 102 s exact, 11 s fast). The CLI
+    tests on the real model (tests/test_cli.py) run the default, exact."""
     from specjax.models.loaders import load
 
-    return load("smollm2-135m")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _free_compiled_programs():
-    """Drop compiled programs after each test module: the engine's AOT cache and jax's caches
-    otherwise keep every executable of the whole run alive (hundreds of decode loops)."""
-    yield
-    import jax
-
-    from specjax.engine import COMPILED
-
-    COMPILED._cache.clear()
-    jax.clear_caches()
+    return load("smollm2-135m", numerics="fast")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -75,9 +68,20 @@ def _release_compiled_programs():
     every XLA:CPU executable keeps its own memory mappings, and a process that has compiled
     hundreds of decode loops has crashed inside a later compile (2026-11-25)."""
     yield
+    release_compiled_programs()
+
+
+def release_compiled_programs():
     import jax
 
     from specjax import engine
 
     engine.COMPILED._cache.clear()
     jax.clear_caches()
+
+
+@pytest.fixture
+def release_compiled():
+    """Drops the compiled programs after one test (a test whose loops no other test uses)."""
+    yield
+    release_compiled_programs()

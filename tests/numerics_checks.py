@@ -190,7 +190,7 @@ def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision):
 IDENTITY = [(d, p) for p in PRECISIONS for d in (
     "prompt_lookup", "draft_model", "eagle", "early_exit", "layer_skip", "medusa", "hydra",
     "token_recycling")]
-QUICK = [("prompt_lookup", "bfloat16"), ("draft_model", "w8a8")]
+QUICK = [("prompt_lookup", "bfloat16")]
 DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"}}
 
 
@@ -211,14 +211,6 @@ def test_greedy_speculative_equals_plain_in_every_precision(drafter, precision,
                                                              release_compiled):
     _identity(drafter, precision)
 
-
-@pytest.fixture
-def release_compiled():
-    yield
-    from specjax import engine
-
-    engine.COMPILED._cache.clear()
-    jax.clear_caches()
 
 
 @pytest.mark.real_model

@@ -94,7 +94,8 @@ def test_bench_writes_a_table_the_policy_reads(tmp_path, tiny_gguf):
     argv = ["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
             "--method-arg", "prompt_lookup.k=4", "--prompts", str(prompts),
             "--max-new-tokens", "8", "--repeats", "1", "--batch-sizes", "1,2",
-            "--batch-table", str(table), "--output", str(tmp_path / "r.json")]
+            "--batch-table", str(table), "--output", str(tmp_path / "r.json"),
+            "--numerics", "fast"]  # the exact forward is tested in test_numerics
     assert main(argv) == 2  # prompt lookup's default policy is adaptive: refused up front
     assert not table.exists()
     assert main(argv + ["--method-arg", "prompt_lookup.policy=fixed"]) == 0

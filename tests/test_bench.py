@@ -234,7 +234,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     out = tmp_path / "loop.json"
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
                  "--curve-ks", "1,2,4", "--curve-batches", "1,2", "--curve-prefix", "8",
-                 "--output", str(out)]) == 0
+                 "--numerics", "fast", "--output", str(out)]) == 0
     curve = json.loads(out.read_text())
     assert curve["in_loop"] is True and curve["engine_k"] == 3 and curve["ks"] == [1, 2, 4]
     assert curve["steps"] == 4  # the stand-in above ran
@@ -243,7 +243,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     assert len(load_cost_curve(str(out))) == 4
     # the probe drafts k - 1 tokens at every step (but the last two, which the engine clips
     # to the token budget), and nothing when asked for 0
-    lm = load(str(tiny_gguf))
+    lm = load(str(tiny_gguf), numerics="fast")
     for k in (0, 2):
         r = generate(lm.model, [[5, 6, 7, 8]], max_new_tokens=12, drafter=_JunkDrafter(3, k))
         steps = r.target_forwards[0] - 1

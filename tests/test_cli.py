@@ -144,13 +144,14 @@ def test_cli_speculative_method_matches_ar(tmp_path):
     pf.write_text('{"id": 1, "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on '
                   'the mat."}\n')
     outs = {}
-    for method, extra in (("ar", []), ("prompt_lookup", ["--method-arg", "k=4"]),
-                          ("early_exit", ["--method-arg", "exit_layer=10"])):
+    # the default numerics (exact) end to end; model-based drafters are checked on the real
+    # model through the API (tests/test_real_model.py)
+    for method, extra in (("ar", []), ("prompt_lookup", ["--method-arg", "k=4"])):
         out = tmp_path / f"{method}.jsonl"
         assert main(["generate", "--prompts", str(pf), "--max-new-tokens", "24", "--quiet",
                      "--method", method, "--output", str(out), *extra]) == 0
         outs[method] = json.loads(out.read_text())
-    for method in ("prompt_lookup", "early_exit"):
+    for method in ("prompt_lookup",):
         r = outs[method]
         assert r["output_ids"] == outs["ar"]["output_ids"]
         assert r["accepted_per_forward"] == r["new_tokens"] / r["target_forwards"]

@@ -217,7 +217,7 @@ def test_index_agrees_with_pairwise_check():
 
 @pytest.fixture(scope="module")
 def tiny_lm(tiny_gguf):
-    return load(tiny_gguf)
+    return load(tiny_gguf, numerics="fast")  # as the corpus builder runs it
 
 
 @pytest.fixture(scope="module")

@@ -250,16 +250,6 @@ POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny 
                "smartspec": {"prior": "0.95", "per_row": "true"}}  # drafts, then backs off
 
 
-@pytest.fixture
-def release_compiled():
-    """Each pair compiles its own decode loops, used by no other test: drop them after it
-    (see conftest._release_compiled_programs)."""
-    yield
-    from specjax import engine
-
-    engine.COMPILED._cache.clear()
-    jax.clear_caches()
-
 
 @pytest.mark.parametrize("drafter,policy", PAIRS, ids=[f"{d}-{p}" for d, p in PAIRS])
 def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, drafter,

@@ -191,7 +191,7 @@ def test_gguf_unpermuted_q_k_matter(gguf_dir, cfg, tensors, ref_model, tokens_bl
 
 
 def test_load_dispatches_gguf_by_path(f32_gguf, ref_model, tokens_block):
-    out = load(str(f32_gguf))
+    out = load(str(f32_gguf), numerics="fast")
     assert out.format == "gguf"
     np.testing.assert_allclose(_logits(out.model, tokens_block), _logits(ref_model, tokens_block),
                                rtol=0, atol=1e-6)

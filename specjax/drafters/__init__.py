@@ -7,6 +7,7 @@ from specjax.drafters import (  # noqa: F401
     medusa,
     prompt_lookup,
     self_spec,
+    suffix,
     token_recycling,
 )
 from specjax.drafters.base import (

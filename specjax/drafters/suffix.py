@@ -1,0 +1,423 @@
+"""Suffix decoding (Oliaro et al., SuffixDecoding; card C17): drafts from the longest match of
+the text's suffix in the request itself and in a global cache of earlier requests' outputs.
+
+Each step, the last ``max_depth`` tokens of a row (ending with the pending token) are matched
+against every position of two texts: the global cache (earlier outputs, kept across
+``generate`` calls in a :class:`SuffixCache` the user holds) and the row's own prompt and
+output. The positions whose preceding tokens match the row's suffix longest (capped at
+``max_depth``) are the occurrences of that context; among the ``candidates`` most recent of
+them the draft follows the most frequent continuation token by token (the suffix tree's
+greedy path: the count of a continuation over the count of the context is its empirical
+probability) and stops where that probability falls below ``min_prob``. The length is capped
+at ``ceil(factor * match length)`` (the paper's and vLLM's ``max_spec_factor``): a long match
+earns a long draft, a one-token match at most ``factor`` tokens.
+
+The suffix *tree* of the paper is a host-side structure; here the same question ("which
+positions are preceded by this context, and what follows them") is answered inside the
+compiled loop by comparing the row's suffix against the cache laid out as a padded array
+(``int32[capacity]``, documents separated by ``-1``): ``max_depth`` vectorised comparisons
+over ``capacity + L`` positions per row and step, no host round trip (docs/benchmarks.md has
+the per-step cost). Matches never cross a document boundary; drafts never run past one.
+
+The cache learns after every batch (``observe``: each row's output is appended as a
+document; the oldest documents are evicted first when ``capacity`` would be exceeded), so
+later batches and later calls draft from earlier answers. It is saved and loaded as a
+``.npz`` file that records the vocabulary size and the tokenizer it was built with; a file
+for another tokenizer, another format version, or a corrupt one is refused with an error
+naming the file.
+
+Drafts are deterministic given the context and the cache, so verification is exact (greedy:
+the plain-decoding tokens; sampling: the deterministic-candidate rule).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.drafters.base import DRAFTERS, StepContext, check_k
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.tree import DraftTree
+
+FORMAT = "specjax-suffix-cache"
+VERSION = 1
+MAX_CAPACITY = 1 << 22  # 4M tokens: 16 MB as int32; the per-step match is O(capacity)
+_SEP = -1  # separator / padding in the cache array
+_NONE = -2  # an unavailable suffix position (before the row's start): matches nothing
+
+
+def tokenizer_digest(tokenizer) -> str | None:
+    """A short hash of a tokenizer's vocabulary and rules (None without a tokenizer)."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "backend", tokenizer)
+    try:
+        text = backend.to_str()
+    except Exception:  # a tokenizer without a serialisation: its vocabulary
+        text = json.dumps(sorted(backend.get_vocab().items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class SuffixCache:
+    """Earlier requests' outputs, kept across ``generate`` calls (FIFO, bounded).
+
+    ``capacity`` is the number of token slots of the array the compiled loop searches (one
+    slot per token plus one separator per document); when a new output would not fit, the
+    oldest documents are evicted. ``path``: where :meth:`save` writes by default (and where
+    ``autosave`` writes after every batch).
+
+    The cache is bound to one vocabulary (and tokenizer, when known) by the first drafter
+    built over it; using it with another target is an error.
+    """
+
+    def __init__(self, capacity: int = 1 << 16, *, path: str | os.PathLike | None = None,
+                 autosave: bool = False):
+        if not isinstance(capacity, int) or isinstance(capacity, bool) or not (
+                2 <= capacity <= MAX_CAPACITY):
+            raise DrafterError(f"suffix cache capacity must be an integer in [2, "
+                               f"{MAX_CAPACITY}] tokens (4 bytes each, searched every step), "
+                               f"got {capacity!r}")
+        self.capacity = capacity
+        self.path = Path(path) if path is not None else None
+        self.autosave = autosave
+        self.vocab_size: int | None = None
+        self.tokenizer: str | None = None
+        self._docs: collections.deque[np.ndarray] = collections.deque()
+        self._used = 0  # slots used: tokens + one separator per document
+        self.evicted = 0  # documents evicted so far
+
+    # -------------------------------------------------------------------------- contents
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    @property
+    def num_tokens(self) -> int:
+        return self._used - len(self._docs)
+
+    def documents(self) -> list[list[int]]:
+        return [d.tolist() for d in self._docs]
+
+    def bind(self, vocab_size: int, tokenizer: str | None, where: str = "this cache"):
+        """Ties the cache to a vocabulary; refuses another one."""
+        if self.vocab_size is not None and self.vocab_size != vocab_size:
+            raise DrafterError(f"suffix cache {where} holds token ids of a vocabulary of "
+                               f"{self.vocab_size}, but the target's has {vocab_size}: it was "
+                               f"built for another model")
+        if self.tokenizer is not None and tokenizer is not None and self.tokenizer != tokenizer:
+            raise DrafterError(f"suffix cache {where} was built with another tokenizer "
+                               f"(digest {self.tokenizer}, the target's is {tokenizer}): its "
+                               f"token ids mean other text")
+        self.vocab_size = vocab_size
+        self.tokenizer = self.tokenizer or tokenizer
+
+    def add(self, tokens: Sequence[int]):
+        """Appends one document (an output), evicting the oldest ones while it does not fit.
+        A document longer than the whole cache keeps its last ``capacity - 1`` tokens."""
+        doc = np.asarray(list(tokens), np.int32).reshape(-1)
+        if doc.size == 0:
+            return
+        if self.vocab_size is not None and (doc.min() < 0 or doc.max() >= self.vocab_size):
+            raise DrafterError(f"suffix cache: token ids must be in [0, {self.vocab_size}), "
+                               f"got [{doc.min()}, {doc.max()}]")
+        doc = doc[-(self.capacity - 1):]
+        while self._docs and self._used + doc.size + 1 > self.capacity:
+            old = self._docs.popleft()
+            self._used -= old.size + 1
+            self.evicted += 1
+        self._docs.append(doc)
+        self._used += doc.size + 1
+
+    def array(self) -> np.ndarray:
+        """``int32[capacity]``: the documents oldest first, each followed by ``-1``, then
+        ``-1`` padding."""
+        out = np.full((self.capacity,), _SEP, np.int32)
+        i = 0
+        for d in self._docs:
+            out[i:i + d.size] = d
+            i += d.size + 1
+        return out
+
+    # -------------------------------------------------------------------------- files
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Writes the cache to ``path`` (default: its own path) atomically."""
+        path = Path(path) if path is not None else self.path
+        if path is None:
+            raise DrafterError("suffix cache: no path to save to (give one, or build the "
+                               "cache with path=)")
+        meta = {"format": FORMAT, "version": VERSION, "capacity": self.capacity,
+                "vocab_size": self.vocab_size, "tokenizer": self.tokenizer,
+                "evicted": self.evicted}
+        lengths = np.asarray([d.size for d in self._docs], np.int64)
+        tokens = (np.concatenate(list(self._docs)) if self._docs else np.zeros((0,), np.int32))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                         tokens=tokens, lengths=lengths)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, capacity: int | None = None,
+             autosave: bool = False) -> "SuffixCache":
+        """Reads a cache written by :meth:`save`; ``capacity`` overrides the saved one (the
+        oldest documents are evicted if it is smaller)."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(bytes(z["meta"]).decode())
+                tokens = np.asarray(z["tokens"])
+                lengths = np.asarray(z["lengths"])
+        except FileNotFoundError:
+            raise DrafterError(f"suffix cache file {path} does not exist") from None
+        except Exception as e:
+            raise DrafterError(f"suffix cache file {path} is not a readable cache "
+                               f"({type(e).__name__}: {e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise DrafterError(f"{path} is not a specjax suffix cache (format "
+                               f"{meta.get('format') if isinstance(meta, dict) else meta!r})")
+        if meta.get("version") != VERSION:
+            raise DrafterError(f"suffix cache {path} has format version {meta.get('version')!r};"
+                               f" this specjax reads version {VERSION}")
+        if tokens.dtype != np.int32 or tokens.ndim != 1 or lengths.ndim != 1 or \
+                int(lengths.sum()) != tokens.size or (lengths.size and lengths.min() < 1):
+            raise DrafterError(f"suffix cache {path} is corrupt: {tokens.size} tokens "
+                               f"({tokens.dtype}) do not split into its {lengths.size} "
+                               f"document lengths")
+        vocab = meta.get("vocab_size")
+        if tokens.size and (tokens.min() < 0 or (vocab is not None and tokens.max() >= vocab)):
+            raise DrafterError(f"suffix cache {path} is corrupt: token ids outside "
+                               f"[0, {vocab})")
+        cache = cls(int(capacity or meta.get("capacity") or 1 << 16), path=path,
+                    autosave=autosave)
+        cache.vocab_size, cache.tokenizer = vocab, meta.get("tokenizer")
+        cache.evicted = int(meta.get("evicted", 0))
+        for doc in np.split(tokens, np.cumsum(lengths)[:-1]) if lengths.size else []:
+            cache.add(doc)
+        return cache
+
+    def __repr__(self):
+        return (f"SuffixCache({len(self)} documents, {self.num_tokens} tokens, capacity "
+                f"{self.capacity}, evicted {self.evicted})")
+
+
+# ------------------------------------------------------------------------------ the search
+
+
+def match_lengths(text, valid_end, suffix, max_depth: int):
+    """For each position ``j`` of ``text [B, N]``: how many tokens ending at ``j`` equal the
+    row's suffix (``suffix[b, t]`` is the token ``t`` places before the pending one), capped at
+    ``max_depth``; 0 where ``valid_end`` is False. ``int32[B, N]``."""
+    B, N = text.shape
+    padded = jnp.concatenate([jnp.full((B, max_depth), _NONE - 1, text.dtype), text], axis=1)
+    run = valid_end
+    length = jnp.zeros((B, N), jnp.int32)
+    for t in range(max_depth):
+        shifted = jax.lax.dynamic_slice_in_dim(padded, max_depth - t, N, axis=1)  # text[j - t]
+        run = run & (shifted == suffix[:, t:t + 1])
+        length = length + run
+    return length
+
+
+def suffix_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: int,
+                 min_match: int, min_prob: float, factor: float):
+    """The draft of each row: ``(tokens int32[B, K], length int32[B], from_global bool[B],
+    match int32[B])``."""
+    B, L = seq.shape
+    C = global_text.shape[0]
+    pos = jnp.arange(L, dtype=jnp.int32)
+    own = jnp.where(pos[None] < seq_len[:, None], seq, _SEP)  # the row's text, -1 past it
+    text = jnp.concatenate([jnp.broadcast_to(global_text[None], (B, C)), own], axis=1)
+    N = C + L
+    # a match may end anywhere but at the pending token itself (its continuation must exist)
+    valid_end = jnp.concatenate(
+        [jnp.broadcast_to(global_text[None] >= 0, (B, C)),
+         (pos[None] < seq_len[:, None] - 1) & (seq >= 0)], axis=1)
+    back = seq_len[:, None] - 1 - jnp.arange(max_depth, dtype=jnp.int32)[None]  # [B, D]
+    suffix = jnp.where(back >= 0, jnp.take_along_axis(seq, jnp.maximum(back, 0), axis=1),
+                       _NONE)
+    ml = match_lengths(text, valid_end, suffix, max_depth)
+    best = jnp.max(ml, axis=1)  # [B]
+    # the most recent `candidates` occurrences of the longest matched context
+    score = jnp.where((ml == best[:, None]) & (ml >= min_match),
+                      jnp.arange(N, dtype=jnp.int32)[None], -1)
+    M = min(candidates, N)
+    cand_end, _ = jax.lax.top_k(score, M)  # [B, M], most recent first; -1: none
+    cand_ok = cand_end >= 0
+    cont = jnp.maximum(cand_end, 0)[:, :, None] + 1 + jnp.arange(K, dtype=jnp.int32)[None, None]
+    ctoks = jnp.take_along_axis(text, jnp.minimum(cont, N - 1).reshape(B, M * K), axis=1)
+    ctoks = jnp.where((cont < N).reshape(B, M * K), ctoks, _SEP).reshape(B, M, K)
+    n_root = jnp.maximum(jnp.sum(cand_ok, axis=1), 1)
+    alive = cand_ok
+    going = jnp.ones((B,), bool)
+    toks, length = [], jnp.zeros((B,), jnp.int32)
+    src_first = jnp.zeros((B,), jnp.int32)
+    for d in range(K):
+        tok = ctoks[:, :, d]
+        ok = alive & (tok >= 0)
+        same = (tok[:, :, None] == tok[:, None, :]) & ok[:, None, :]
+        count = jnp.where(ok, jnp.sum(same, axis=2), 0)  # [B, M]
+        pick = jnp.argmax(count, axis=1)  # ties: the most recent occurrence
+        chosen = jnp.take_along_axis(tok, pick[:, None], axis=1)[:, 0]
+        c = jnp.take_along_axis(count, pick[:, None], axis=1)[:, 0]
+        if d == 0:
+            src_first = jnp.take_along_axis(cand_end, pick[:, None], axis=1)[:, 0]
+        going = going & (c > 0) & (c >= min_prob * n_root)
+        length = length + going
+        toks.append(jnp.where(going, chosen, 0))
+        alive = ok & (tok == chosen[:, None])
+    tokens = jnp.stack(toks, axis=1)
+    cap = jnp.ceil(factor * best.astype(jnp.float32)).astype(jnp.int32)
+    length = jnp.where(best >= min_match, jnp.minimum(length, cap), 0)
+    from_global = (length > 0) & (src_first < C)
+    return tokens, length.astype(jnp.int32), from_global, best
+
+
+# ------------------------------------------------------------------------------ the drafter
+
+
+@dataclasses.dataclass(frozen=True)
+class SuffixConfig:
+    """Options of ``suffix``."""
+
+    k: int = dataclasses.field(default=16, metadata={"help": "maximum draft length"})
+    max_depth: int = dataclasses.field(default=24, metadata={
+        "help": "longest context matched (the suffix tree's depth; vLLM and SGLang use 24)"})
+    factor: float = dataclasses.field(default=1.0, metadata={
+        "help": "draft at most ceil(factor * match length) tokens (max_spec_factor)"})
+    min_prob: float = dataclasses.field(default=0.1, metadata={
+        "help": "stop where the continuation's empirical probability falls below this"})
+    min_match: int = dataclasses.field(default=1, metadata={
+        "help": "shortest context match that drafts"})
+    candidates: int = dataclasses.field(default=32, metadata={
+        "help": "most recent occurrences of the matched context whose continuations vote"})
+    capacity: int = dataclasses.field(default=1 << 16, metadata={
+        "help": "global cache slots (tokens + one separator per output) for a new cache"})
+    cache: object = dataclasses.field(default=None, metadata={
+        "help": "a SuffixCache, or a .npz path (loaded if it exists, else created; saved "
+                "after every batch), or none: a fresh cache for this drafter"})
+    learn: bool = dataclasses.field(default=True, metadata={
+        "help": "append every output to the global cache after its batch"})
+
+    def __post_init__(self):
+        check_k(self.k)
+        for name in ("max_depth", "min_match", "candidates"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise DrafterError(f"suffix: {name} must be an integer >= 1, got {v!r}")
+        if self.min_match > self.max_depth:
+            raise DrafterError(f"suffix: min_match ({self.min_match}) cannot exceed max_depth "
+                               f"({self.max_depth}): no match would ever draft")
+        if not (isinstance(self.factor, (int, float)) and self.factor > 0):
+            raise DrafterError(f"suffix: factor must be > 0, got {self.factor!r}")
+        if not (isinstance(self.min_prob, (int, float)) and 0 <= self.min_prob <= 1):
+            raise DrafterError(f"suffix: min_prob must be in [0, 1], got {self.min_prob!r}")
+        if not (self.cache is None or isinstance(self.cache, (SuffixCache, str, os.PathLike))):
+            raise DrafterError(f"suffix: cache must be a SuffixCache or a file path, got "
+                               f"{type(self.cache).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SuffixDrafter:
+    max_k: int
+    max_depth: int
+    factor: float
+    min_prob: float
+    min_match: int
+    candidates: int
+    capacity: int
+    learn: bool = True
+    # the cache's contents are an argument of the compiled loop (params), not part of it:
+    # drafters over different caches of one capacity share a program
+    cache: SuffixCache | None = dataclasses.field(default=None, compare=False, hash=False,
+                                                  repr=False)
+    tree: None = None
+    name: str = "suffix"
+    deterministic: bool = True
+    features: FeatureSpec = FeatureSpec()
+
+    def params(self):
+        return jnp.asarray(self.cache.array())
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        B = prompt_tokens.shape[0]
+        z = jnp.zeros((B,), jnp.int32)
+        return {"steps": z, "hits": z, "global_hits": z, "drafted": z}
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        tokens, length, from_global, _ = suffix_draft(
+            params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
+            self.min_match, self.min_prob, self.factor)
+        n = jnp.where(ctx.live, jnp.minimum(k, length), 0)
+        live = ctx.live.astype(jnp.int32)
+        state = {"steps": state["steps"] + live,
+                 "hits": state["hits"] + (n > 0),
+                 "global_hits": state["global_hits"] + ((n > 0) & from_global),
+                 "drafted": state["drafted"] + n}
+        return DraftTree.chain(tokens, n), state, ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        return state
+
+    # host side, called by generate
+    def stats(self, state) -> dict:
+        """Per-row counters for ``GenerationResult.extra``: steps, steps that drafted
+        (``suffix_hits``), and those whose draft came from the global cache."""
+        return {"suffix_steps": state["steps"], "suffix_hits": state["hits"],
+                "suffix_global_hits": state["global_hits"]}
+
+    def observe(self, prompts, outputs):
+        """After a batch: every output joins the global cache (and the file, if autosaved)."""
+        if not self.learn:
+            return
+        for out in outputs:
+            self.cache.add(out)
+        if self.cache.autosave and self.cache.path is not None:
+            self.cache.save()
+
+
+def _target_ids(target_lm) -> tuple[int, str | None]:
+    model = getattr(target_lm, "model", target_lm)
+    return model.cfg.vocab_size, tokenizer_digest(getattr(target_lm, "tokenizer", None))
+
+
+@DRAFTERS.register("suffix", config=SuffixConfig,
+                   doc="longest suffix match over the request and a global cache of earlier "
+                       "outputs, frequency-voted continuation (model-free)")
+def make_suffix(cfg: SuffixConfig, target_lm) -> SuffixDrafter:
+    cache = cfg.cache
+    if isinstance(cache, str) and cache.strip().lower() in ("", "none"):
+        cache = None
+    where = "this cache"
+    if cache is None:
+        cache = SuffixCache(cfg.capacity)
+    elif not isinstance(cache, SuffixCache):
+        path = Path(cache)
+        where = str(path)
+        cache = (SuffixCache.load(path, autosave=True) if path.exists()
+                 else SuffixCache(cfg.capacity, path=path, autosave=True))
+    vocab, tok = _target_ids(target_lm)
+    cache.bind(vocab, tok, where)
+    return SuffixDrafter(max_k=cfg.k, max_depth=cfg.max_depth, factor=float(cfg.factor),
+                         min_prob=float(cfg.min_prob), min_match=cfg.min_match,
+                         candidates=cfg.candidates, capacity=cache.capacity, learn=cfg.learn,
+                         cache=cache)
+
+
+__all__ = ["SuffixCache", "SuffixConfig", "SuffixDrafter", "match_lengths", "suffix_draft",
+           "tokenizer_digest"]
