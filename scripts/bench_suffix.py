@@ -104,6 +104,9 @@ def main() -> None:
     ap.add_argument("--out", default="docs/results/suffix_workload.json")
     ap.add_argument("--time-limit", type=float, default=None, help="minutes for this call")
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--cache-lens", default="512,1024,2048",
+                    help="cache lengths to use (the smallest that fits each request): few "
+                         "distinct shapes, so few compiles")
     a = ap.parse_args()
     if not 1 <= a.turns <= len(EDITS) + 1:
         ap.error(f"--turns must be in 1..{len(EDITS) + 1}")
@@ -126,7 +129,9 @@ def main() -> None:
     jdir = Path(a.journal)
     jdir.mkdir(parents=True, exist_ok=True)
     rec_path, cache_path = jdir / "records.jsonl", jdir / "suffix_cache.npz"
+    cache_lens = sorted(int(x) for x in a.cache_lens.split(","))
     header = {"tasks": [t["id"] for t in tasks], "turns": a.turns, "methods": names,
+              "cache_lens": cache_lens,
               "max_new_tokens": a.max_new_tokens, "model": a.model,
               "numerics": lm.model.numerics}
     records = []
@@ -162,13 +167,18 @@ def main() -> None:
                 history + [{"role": "user", "content": text}]), add_bos=False)
         else:
             prompt = tok.encode_chat(text)
+        fits = [c for c in cache_lens if c >= len(prompt) + a.max_new_tokens]
+        if not fits:
+            sys.exit(f"request {part} {i}: {len(prompt)} prompt tokens + {a.max_new_tokens} "
+                     f"do not fit the largest --cache-lens {cache_lens[-1]}")
         runs = {}
         for m in names:
             d, pol, ver = built[m]
 
             def gen():
                 return generate(lm.model, [prompt], max_new_tokens=a.max_new_tokens,
-                                eos_ids=tok.eos_ids, drafter=d, policy=pol, verifier=ver)
+                                cache_len=fits[0], eos_ids=tok.eos_ids, drafter=d, policy=pol,
+                                verifier=ver)
 
             r = gen()
             if r.compile_s > 0:  # first execution of a new program: time it again

@@ -411,6 +411,38 @@ def exactness_section(d: dict) -> list[str]:
     return out + [""]
 
 
+def suffix_section(d: dict) -> list[str]:
+    """docs/results/suffix_workload.json (scripts/bench_suffix.py): suffix decoding on a
+    repeated-task workload."""
+    done = "" if d.get("complete") else (f" **Incomplete: {d['requests_done']} of "
+                                         f"{d['requests_total']} requests so far.**")
+    out = ["## Suffix decoding on a repeated-task workload (issue 24)", "",
+           f"`{d['command']}` ({d['date']}, {d['machine']}); SmolLM2-135M float32, "
+           f"{d.get('numerics', 'exact')} numerics, greedy, batch 1, {d['max_new_tokens']} new "
+           f"tokens; {len(d['tasks'])} Spec-Bench tasks (round 1), the same tasks with a small "
+           f"change each (round 2), then {d['turns']} turns of one conversation editing a "
+           "program. One stream of requests, every method on each request in turn; the suffix "
+           "cache holds every earlier answer. Speedup: tokens/s over plain decoding's in the "
+           "same run (sum of tokens over sum of decode time); median: of per-request ratios; "
+           "tau: tokens per target forward; hits: steps that drafted (from the cache: "
+           f"`global`). Final cache: {d.get('cache', '-')}.{done}", "",
+           "| part | requests | plain tok/s | method | speedup | median | tau | hits | "
+           "global hits | identical |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- "
+           "| --- |"]
+    for part, row in d["summary"].items():
+        ms = [k[:-len("_speedup")] for k in row if k.endswith("_speedup")
+              and not k.endswith("_median_speedup")]
+        for m in ms:
+            hit = (f"{100 * row[m + '_hit_rate']:.0f}%" if m + "_hit_rate" in row else "-")
+            gh = (f"{100 * row[m + '_global_hit_rate']:.0f}%"
+                  if m + "_global_hit_rate" in row else "-")
+            out.append(f"| {part} | {row['requests']} | {row['ar_tok_s']:.1f} | {m} | "
+                       f"{row[m + '_speedup']:.2f}x | {row[m + '_median_speedup']:.2f}x | "
+                       f"{row[m + '_tau']:.2f} | {hit} | {gh} | "
+                       f"{row[m + '_identical']}/{row['requests']} |")
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -429,6 +461,9 @@ def main():
     f = RES / "exactness.json"
     if f.exists():
         lines += exactness_section(json.loads(f.read_text()))
+    f = RES / "suffix_workload.json"
+    if f.exists():
+        lines += suffix_section(json.loads(f.read_text()))
     for name, title in (("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),

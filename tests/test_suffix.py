@@ -228,3 +228,16 @@ def test_sampling_matches_the_target_distribution():
                    sampling=SamplingParams(temperature=1.0, seed=8))
     assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
     chi_square_check([t[:3] for t in res.tokens], want)
+
+
+def test_snapshot_and_restore(target):
+    """What `specjax bench` does when it times a freshly compiled batch twice: the second run
+    must draft from the cache as it was before the first."""
+    d = drafters.make("suffix", target, k=4)
+    d.cache.add([1, 2, 3])
+    snap = d.snapshot()
+    d.observe([[0]], [[4, 5, 6]])
+    assert len(d.cache) == 2
+    d.restore(snap)
+    assert d.cache.documents() == [[1, 2, 3]]
+    assert np.asarray(d.params()).tolist()[:4] == [1, 2, 3, -1]

@@ -102,11 +102,16 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                             sampling=sampling, eos_ids=eos, batch_size=len(prompts),
                             drafter=d, policy=pol, verifier=ver)
 
+        # a drafter that learns from outputs (suffix) must draft the timed run from what it
+        # knew before the batch, not from the compiling run's answers
+        snap = d.snapshot() if hasattr(d, "snapshot") else None
         r = gen()
         if r.compile_s > 0:
             # the first execution of a freshly compiled program pays one-time set-up on top
             # of compilation (on XLA:CPU ~0.5-1.4 s for SmolLM2's loops): time a second run
             # and book the first run's excess with the compile time
+            if snap is not None:
+                d.restore(snap)
             r2 = gen()
             r2.compile_s = r.compile_s + max(0.0, r.wall_s[0] - r2.wall_s[0])
             r = r2

@@ -24,6 +24,12 @@ and the verify forward: no extra target forward.
 (self-speculative drafters draft through the target's own layers); it returns that cache so
 the verify pass, which overwrites the scratch, does not force a copy.
 
+Two optional host-side hooks, for drafters that keep state across calls: ``observe(prompts,
+outputs)`` is called by ``generate`` after every batch with that batch's prompts and outputs
+(token lists), and ``params()`` is asked again before the next batch (the suffix drafter's
+global cache learns this way); ``stats(draft_state) -> {name: int[B]}`` adds per-row counters
+to ``GenerationResult.extra``.
+
 Adding a drafter: one module with a frozen config dataclass (its options), the drafter class
 and a build function registered with ``@DRAFTERS.register(name, config=...)``, imported in
 ``specjax/drafters/__init__.py`` (docs/design.md walks through an example).

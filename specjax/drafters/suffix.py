@@ -148,6 +148,15 @@ class SuffixCache:
             i += d.size + 1
         return out
 
+    def snapshot(self):
+        """The contents, to :meth:`restore` later (a benchmark that times a run twice must not
+        let the second run draft from the first one's output)."""
+        return (tuple(self._docs), self._used, self.evicted)
+
+    def restore(self, snap):
+        docs, self._used, self.evicted = snap
+        self._docs = collections.deque(docs)
+
     # -------------------------------------------------------------------------- files
     def save(self, path: str | os.PathLike | None = None) -> Path:
         """Writes the cache to ``path`` (default: its own path) atomically."""
@@ -390,6 +399,12 @@ class SuffixDrafter:
         (``suffix_hits``), and those whose draft came from the global cache."""
         return {"suffix_steps": state["steps"], "suffix_hits": state["hits"],
                 "suffix_global_hits": state["global_hits"]}
+
+    def snapshot(self):
+        return self.cache.snapshot()
+
+    def restore(self, snap):
+        self.cache.restore(snap)
 
     def observe(self, prompts, outputs):
         """After a batch: every output joins the global cache (and the file, if autosaved)."""
