@@ -7,6 +7,9 @@ of prompts where prompt lookup's tokens equal plain decoding's (batch 4). Writes
 
     python scripts/measure_exactness.py --out docs/results/exactness.json
     python scripts/measure_exactness.py --precisions bfloat16 --unseen spec_bench:FILE
+
+Rows are written after every precision; the same command skips precisions already in --out
+(measured with the same settings), so it continues after a crash or in the next session.
 """
 
 from __future__ import annotations
@@ -46,7 +49,24 @@ def main() -> None:
     out = {"command": " ".join(["python"] + sys.argv), "date": utc_now(),
            "machine": machine_description(), "max_new_tokens": a.max_new_tokens,
            "repeats": a.repeats, "prompts": len(texts), "rows": []}
+    from pathlib import Path
+
+    from specjax import engine
+    import jax
+
+    prev = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else None
+    if prev and all(prev.get(k) == out[k] for k in ("max_new_tokens", "repeats", "prompts")):
+        out["rows"] = [r for r in prev["rows"] if r["precision"] in a.precisions.split(",")]
+        out["runs"] = prev.get("runs", []) + [{"command": prev["command"], "date": prev["date"],
+                                               "machine": prev["machine"]}]
+    done = {r["precision"] for r in out["rows"]}
     for prec in a.precisions.split(","):
+        if prec in done:  # resumable: a precision already measured with these settings
+            continue
+        # one process compiles hundreds of programs here; XLA:CPU keeps each one's memory
+        # mappings, and LLVM ran out of them in the third precision (2026-11-25): release
+        engine.COMPILED._cache.clear()
+        jax.clear_caches()
         lm = load("smollm2-135m", dtype=jnp.bfloat16 if prec == "bfloat16" else jnp.float32,
                   quantize="w8a8" if prec == "w8a8" else None)
         tok = lm.tokenizer
@@ -95,15 +115,19 @@ def main() -> None:
         for row in rows.values():
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+        finish(out, a.out)  # after every precision: a crash or a time limit loses no row
+    print(json.dumps(out["rows"], indent=1))
+
+
+def finish(out: dict, path: str) -> None:
     for r in out["rows"]:
         if r["numerics"] == "exact":
             f = next(x for x in out["rows"] if x["precision"] == r["precision"]
                      and x["numerics"] == "fast")
             for B in (1, 4):
                 r[f"ar_b{B}_cost_vs_fast"] = 1 - r[f"ar_b{B}_tok_s"] / f[f"ar_b{B}_tok_s"]
-    with open(a.out, "w") as fh:
+    with open(path, "w") as fh:
         json.dump(out, fh, indent=1)
-    print(json.dumps(out["rows"], indent=1))
 
 
 if __name__ == "__main__":
