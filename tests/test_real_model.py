@@ -124,7 +124,11 @@ def plain_one_by_one(smollm2):
                          cache_len=128).tokens
 
 
-@pytest.mark.parametrize("method", ["prompt_lookup", "early_exit", "layer_skip", "draft_model"])
+# the self-speculative drafters are checked on tiny models in the default run and here under
+# `-m long` (the default run must stay under 20 minutes on CI's 2 cores)
+@pytest.mark.parametrize("method", ["prompt_lookup", "draft_model",
+                                    pytest.param("early_exit", marks=pytest.mark.long),
+                                    pytest.param("layer_skip", marks=pytest.mark.long)])
 def test_every_method_batched_matches_plain_decoding(smollm2, plain_one_by_one, method):
     """Each method with its default settings, 4 chat prompts of different lengths decoded
     together (ragged acceptance: rows finish at different steps): token for token what plain
