@@ -52,7 +52,6 @@ def main() -> None:
     from pathlib import Path
 
     from specjax import engine
-    import jax
 
     prev = json.loads(Path(a.out).read_text()) if Path(a.out).exists() else None
     if prev and all(prev.get(k) == out[k] for k in ("max_new_tokens", "repeats", "prompts")):
@@ -65,8 +64,7 @@ def main() -> None:
             continue
         # one process compiles hundreds of programs here; XLA:CPU keeps each one's memory
         # mappings, and LLVM ran out of them in the third precision (2026-11-25): release
-        engine.COMPILED._cache.clear()
-        jax.clear_caches()
+        engine.release_compiled()
         lm = load("smollm2-135m", dtype=jnp.bfloat16 if prec == "bfloat16" else jnp.float32,
                   quantize="w8a8" if prec == "w8a8" else None)
         tok = lm.tokenizer

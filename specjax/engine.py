@@ -88,6 +88,14 @@ class _Compiled:
 COMPILED = _Compiled()
 
 
+def release_compiled() -> None:
+    """Drops every compiled program (the engine's AOT cache and JAX's caches). XLA:CPU keeps
+    each executable's memory mappings: a process that compiles hundreds of decode loops (a test
+    run, a measurement over many precisions) has run out of them inside a later compile."""
+    COMPILED._cache.clear()
+    jax.clear_caches()
+
+
 def call_compiled(fn, loop: DecodeLoop, *args, **statics):
     """Calls ``fn(loop, *args, **statics)`` through the AOT cache; returns (result,
     compile_seconds)."""

@@ -72,12 +72,9 @@ def _release_compiled_programs():
 
 
 def release_compiled_programs():
-    import jax
+    from specjax.engine import release_compiled
 
-    from specjax import engine
-
-    engine.COMPILED._cache.clear()
-    jax.clear_caches()
+    release_compiled()
 
 
 @pytest.fixture
