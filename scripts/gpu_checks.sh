@@ -18,6 +18,17 @@
 #   verify_curve  `specjax bench --verify-curve` of the model in $SPECJAX_MODEL (default
 #                 random:smollm2-135m, its shape with random weights: the timing is the
 #                 same and the weights need not travel), float32 and bfloat16
+#   numerics      tests/numerics_checks.py, its whole grid (-m "long or not long"), on the
+#                 GPU's kernels: exact numerics bit for bit (issue 22); the real-model cases
+#                 need the SmolLM2 package installed, and are skipped without it
+#   exactness     scripts/measure_exactness.py on the GPU: the price of exact numerics and
+#                 the identity of prompt lookup with plain decoding, for the precisions in
+#                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
+#                 $SPECJAX_UNSEEN (a KIND:PATH prompt spec; none: built-in prompts only)
+#   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
+#                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2
+#                 package), batch 1, 128 new tokens
+# Each step is cut at $STEP_TIMEOUT seconds (default 900).
 # The log lands in OUTDIR/log.txt and the results as JSON beside it (default out/gpu).
 # specjax must be importable (pip install .).
 set -u
@@ -26,6 +37,7 @@ steps=${2:-env,kernel_tests,kernel_bench}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+limit=${STEP_TIMEOUT:-900}
 status=0
 log="$out/log.txt"
 
@@ -44,25 +56,25 @@ EOF
 fi
 
 if has kernel_tests; then
-  timeout 900 $py -P -m pytest tests/test_tree_attention.py -q -p no:cacheprovider -rs \
+  timeout $limit $py -P -m pytest tests/test_tree_attention.py -q -p no:cacheprovider -rs \
     --junitxml="$out/kernel_tests.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if has gpu_tests; then
-  timeout 900 $py -P -m pytest tests -q -p no:cacheprovider -m gpu -rs 2>&1 | tee -a "$log"
+  timeout $limit $py -P -m pytest tests -q -p no:cacheprovider -m gpu -rs 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if has kernel_bench; then
-  timeout 900 $py -P scripts/bench_tree_attention.py --output "$out/bench_tree_attention_gpu.json" \
+  timeout $limit $py -P scripts/bench_tree_attention.py --output "$out/bench_tree_attention_gpu.json" \
     2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if has prefix_bench; then
   for b in 1 8; do
-    timeout 900 $py -P scripts/bench_tree_attention.py --part prefix --batch $b --dtypes bfloat16 \
+    timeout $limit $py -P scripts/bench_tree_attention.py --part prefix --batch $b --dtypes bfloat16 \
       --nodes 1 8 64 --lengths 2048 8192 32768 \
       --output "$out/bench_tree_attention_prefix_b$b.json" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -71,9 +83,33 @@ fi
 
 if has verify_curve; then
   for dt in float32 bfloat16; do
-    timeout 600 $py -P -m specjax.cli bench --verify-curve --model "${SPECJAX_MODEL:-random:smollm2-135m}" \
+    timeout $limit $py -P -m specjax.cli bench --verify-curve --model "${SPECJAX_MODEL:-random:smollm2-135m}" \
       --dtype "$dt" --output "$out/verify_curve_gpu_$dt.json" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
+fi
+
+if has numerics; then
+  XLA_FLAGS="" timeout $limit $py -P -m pytest tests/numerics_checks.py -q -p no:cacheprovider \
+    -m "${NUMERICS_MARK:-long or not long}" -rs --junitxml="$out/numerics.xml" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if has decode_bench; then
+  for num in fast exact; do
+    timeout $limit $py -P -m specjax.cli bench --model smollm2-135m --dtype bfloat16 \
+      --numerics $num --methods prompt_lookup,eagle --limit 1 --max-new-tokens 128 --repeats 2 \
+      --output "$out/decode_bf16_$num.json" 2>&1 | tee -a "$log"
+    [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  done
+fi
+
+if has exactness; then
+  unseen=()
+  [ -n "${SPECJAX_UNSEEN:-}" ] && unseen=(--unseen "$SPECJAX_UNSEEN" --unseen-limit 2)
+  timeout $limit $py -P scripts/measure_exactness.py --out "$out/exactness_gpu.json" \
+    --precisions "${EXACT_PRECISIONS:-bfloat16,float32}" --prompts 3 --max-new-tokens 32 \
+    --repeats 2 "${unseen[@]}" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit $status

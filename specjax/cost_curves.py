@@ -35,11 +35,10 @@ from typing import Callable
 
 from specjax.buckets import verify_buckets
 from specjax.errors import PolicyError
-from specjax.fingerprint import device_description, model_fingerprint
+from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model_fingerprint
 
 FORMAT = "specjax-cost-curve-1"
 MODE_ENV = "SPECJAX_COST_CURVE"
-CACHE_ENV = "SPECJAX_CACHE_DIR"
 MODES = ("auto", "builtin", "refresh")
 BATCH_BUCKETS = (1, 4, 16, 64)
 PREFIX = 128
@@ -53,11 +52,7 @@ class CostCurveWarning(UserWarning):
 def cache_dir() -> Path:
     """Where cost curves are cached: ``$SPECJAX_CACHE_DIR/cost_curves``, else
     ``$XDG_CACHE_HOME/specjax/cost_curves``, else ``~/.cache/specjax/cost_curves``."""
-    root = os.environ.get(CACHE_ENV)
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-        root = str(Path(xdg) / "specjax")
-    return Path(root) / "cost_curves"
+    return cache_root() / "cost_curves"
 
 
 def resolve_mode(mode: str | None = None) -> str:

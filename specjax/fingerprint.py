@@ -1,6 +1,6 @@
 """What a measurement is valid for: the host and device it ran on, and the model's shapes,
-dtype and quantization. Used to key cached cost curves and profiled batch tables (no other
-specjax import: policies may use it)."""
+dtype and quantization. Used to key cached cost curves, profiled batch tables and the exact
+numerics' probe answers (no other specjax import: policies and models may use it)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,19 @@ import json
 import os
 import platform
 from pathlib import Path
+
+
+CACHE_ENV = "SPECJAX_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """specjax's per-machine cache: ``$SPECJAX_CACHE_DIR``, else ``$XDG_CACHE_HOME/specjax``,
+    else ``~/.cache/specjax``."""
+    root = os.environ.get(CACHE_ENV)
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        root = str(Path(xdg) / "specjax")
+    return Path(root)
 
 
 def cpu_name() -> str:

@@ -1,5 +1,6 @@
 import importlib.metadata
 import os
+import tempfile
 
 import pytest
 
@@ -11,6 +12,9 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=1 "
 # it in the user's cache directory): the suite uses the built-in curve, except the tests of
 # that cache (tests/test_cost_curves.py), which set the mode and a temporary directory
 os.environ.setdefault("SPECJAX_COST_CURVE", "builtin")
+# what specjax caches per machine (exact numerics' probe answers) goes to a directory of this
+# run, shared by its workers, not the user's cache (tests/test_numerics.py checks that cache)
+os.environ.setdefault("SPECJAX_CACHE_DIR", tempfile.mkdtemp(prefix="specjax-tests-"))
 
 
 def _has_smollm2() -> bool:

@@ -242,16 +242,22 @@ def test_confidence_policy(target, prompts, plain):
 POLICY_DRAFTERS = ("prompt_lookup", "draft_model", "eagle")  # Hydra: under fixed/adaptive
 # dsde reads the target-draft divergence: drafters with a draft distribution only (the loop
 # refuses prompt lookup: test_dsde_needs_a_draft_distribution)
+# The default run checks every policy under the head drafter (the drafter the policies are
+# built for: it has a draft distribution); the two other drafters' policy pairs run under -m long.
+_DEFAULT_POLICY_DRAFTER = "eagle"
 PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")} |
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
                 if not p.startswith("_") and (d, p) != ("prompt_lookup", "dsde")})
+PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
+    () if p in ("fixed", "adaptive") or d == _DEFAULT_POLICY_DRAFTER else pytest.mark.long))
+    for d, p in PAIRS]
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model
                "gammatune+": {"threshold": "0.022"},
                "smartspec": {"prior": "0.95", "per_row": "true"}}  # drafts, then backs off
 
 
 
-@pytest.mark.parametrize("drafter,policy", PAIRS, ids=[f"{d}-{p}" for d, p in PAIRS])
+@pytest.mark.parametrize("drafter,policy", PAIR_PARAMS)
 def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, drafter,
                                                         policy, tmp_path, release_compiled):
     """Every registered drafter and every registered policy (see PAIRS), batch 1 and 3 (mixed

@@ -6,6 +6,7 @@ numerics are about the kernels users run, which -O0 changes (an eager op-by-op f
 differed there), so these checks run as users run. ``-m long`` here runs their long grid too.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,8 @@ CHECKS = Path(__file__).with_name("numerics_checks.py")
 
 
 def _pytest(marker: str):
-    env = dict(os.environ, XLA_FLAGS="")  # conftest only sets XLA_FLAGS when it is unset
+    # conftest only sets XLA_FLAGS when it is unset; the probes are measured, not read back
+    env = dict(os.environ, XLA_FLAGS="", SPECJAX_PROBE_CACHE="off")
     r = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-q", "-p",
                         "no:cacheprovider", "-m", marker, "-x"], capture_output=True,
                        text=True, env=env, cwd=CHECKS.parent.parent, timeout=3600)
@@ -32,3 +34,76 @@ def test_exact_numerics_checks():
 @pytest.mark.long
 def test_exact_numerics_checks_full_grid():
     _pytest("long")
+
+
+# ----------------------------------------------------------------------------- stored probe answers
+
+
+@pytest.fixture
+def probe_store(tmp_path, monkeypatch):
+    from specjax.models import numerics
+
+    monkeypatch.setenv("SPECJAX_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPECJAX_PROBE_CACHE", raising=False)
+
+    def fresh():  # a new process: nothing remembered in memory
+        numerics.row_count_invariant.cache_clear()
+        numerics._loaded.clear()
+
+    fresh()
+    yield numerics, fresh
+    fresh()
+
+
+def _ask(numerics, m=3):
+    import jax
+
+    from specjax.models.llama import chunked_matmul
+
+    return numerics.row_count_invariant("linear", m, (32, 32, 1), "float32",
+                                        jax.default_backend(), chunked_matmul)
+
+
+def test_probe_answers_are_stored_and_read_back(probe_store, monkeypatch):
+    numerics, fresh = probe_store
+    got = _ask(numerics)
+    path = numerics.probe_cache_path()
+    data = json.loads(path.read_text())
+    assert data["key"] == numerics.probe_key()
+    (entry, value), = data["answers"].items()
+    assert entry.startswith("linear|3|32,32,1|float32|") and value == got
+    # a later process reads the answer instead of probing: flip it on disk to see that
+    data["answers"][entry] = not got
+    path.write_text(json.dumps(data))
+    fresh()
+    assert _ask(numerics) == (not got)
+    # refresh measures again and stores the measurement
+    monkeypatch.setenv("SPECJAX_PROBE_CACHE", "refresh")
+    fresh()
+    assert _ask(numerics) == got
+    assert json.loads(path.read_text())["answers"][entry] == got
+
+
+def test_bad_probe_store_is_measured_again_with_a_warning(probe_store):
+    numerics, fresh = probe_store
+    path = numerics.probe_cache_path()
+    path.parent.mkdir(parents=True)
+    for bad in ("{not json", json.dumps({"key": {"device": "another"}, "answers": {}})):
+        path.write_text(bad)
+        fresh()
+        with pytest.warns(numerics.ProbeCacheWarning, match="ignoring stored probe answers"):
+            got = _ask(numerics)
+        assert json.loads(path.read_text())["answers"] == {
+            next(iter(json.loads(path.read_text())["answers"])): got}
+
+
+def test_probe_store_off_and_bad_mode(probe_store, monkeypatch):
+    numerics, fresh = probe_store
+    monkeypatch.setenv("SPECJAX_PROBE_CACHE", "off")
+    _ask(numerics)
+    assert not numerics.probe_cache_path().exists()
+    monkeypatch.setenv("SPECJAX_PROBE_CACHE", "sometimes")
+    fresh()
+    with pytest.raises(ValueError, match=r"\$SPECJAX_PROBE_CACHE='sometimes': must be one of "
+                                         "auto, refresh, off"):
+        _ask(numerics)

@@ -37,12 +37,14 @@ DRAFTERS = {
     "layer_skip": [dict(k=2), dict(k=5, skip_attn="1-2", skip_mlp="2")],
     "draft_model": [dict(k=8, layers=1), dict(k=3, layers=2)],
 }
-CASES = [(name, kw) for name, kws in DRAFTERS.items() for kw in kws]
+# the default run keeps the last option set of each drafter (budget mid-step, several layers);
+# the others run under -m long (the suite's time: each case compiles three batch sizes)
+CASES = [pytest.param(name, kw, id=f"{name}-{kw}",
+                      marks=() if i == len(kws) - 1 else pytest.mark.long)
+         for name, kws in DRAFTERS.items() for i, kw in enumerate(kws)]
 
 
-@pytest.mark.parametrize("name, kw", CASES, ids=[f"{n}-{i}" for n, i in
-                                                 zip([c[0] for c in CASES],
-                                                     [str(c[1]) for c in CASES])])
+@pytest.mark.parametrize("name, kw", CASES)
 def test_greedy_equals_plain_decoding(target, name, kw):
     ps = mixed_prompts(8, seed=1)
     # budget 16 with k up to 12: rows hit the budget in the middle of a step

@@ -35,7 +35,11 @@ and by the tests (``tests/test_numerics.py``) on the real model's shapes.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import math
+import os
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -117,13 +121,104 @@ def _probe_attention(t: int, shape, dtype, out_dtype, product=None) -> bool:
 
 _PROBES = {"linear": _probe_linear, "attention": _probe_attention}
 
+# ----------------------------------------------------------------------------- probe answers on disk
+# A probe compiles a program per row count and shape: ~100 s for a model's first exact forwards
+# on a 2-core CPU, minutes on a GPU. The answers are a property of the machine and the software,
+# so they are kept per (device, jax, jaxlib, XLA_FLAGS) under the specjax cache directory and
+# reused by every later process. SPECJAX_PROBE_CACHE: auto (default) | refresh (measure again,
+# then store) | off (measure, store nothing).
+
+PROBE_FORMAT = "specjax-row-classes-1"
+PROBE_ENV = "SPECJAX_PROBE_CACHE"
+PROBE_MODES = ("auto", "refresh", "off")
+
+
+class ProbeCacheWarning(UserWarning):
+    """The stored probe answers could not be read or written (the probes run again / are not
+    kept): never an error, the answers are measured when missing."""
+
+
+def probe_mode() -> str:
+    m = (os.environ.get(PROBE_ENV) or "auto").strip().lower()
+    if m not in PROBE_MODES:
+        raise ValueError(f"${PROBE_ENV}={m!r}: must be one of {', '.join(PROBE_MODES)}")
+    return m
+
+
+def probe_key() -> dict:
+    """What the answers are valid for: the device, the software that picks the kernels, and
+    XLA's flags (which can change the kernels)."""
+    import jaxlib
+
+    from specjax.fingerprint import device_description
+
+    return {"format": PROBE_FORMAT, "device": device_description(), "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__, "xla_flags": os.environ.get("XLA_FLAGS", "")}
+
+
+def probe_cache_path(key: dict | None = None):
+    from specjax.fingerprint import cache_root
+
+    key = key or probe_key()
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_root() / "numerics" / f"{digest}.json"
+
+
+def _read_answers(path, key: dict) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+        if data.get("key") != key or not isinstance(data.get("answers"), dict):
+            raise ValueError("written for another device or version")
+        return {k: bool(v) for k, v in data["answers"].items()}
+    except (OSError, ValueError, AttributeError) as e:
+        warnings.warn(f"exact numerics: ignoring stored probe answers {path} ({e}); the probes "
+                      "run again and replace it", ProbeCacheWarning, stacklevel=3)
+        return {}
+
+
+_loaded: dict[str, dict] = {}  # path -> answers read by this process
+
+
+def _stored_answer(entry: str) -> bool | None:
+    if probe_mode() != "auto":
+        return None
+    key = probe_key()
+    path = probe_cache_path(key)
+    if str(path) not in _loaded:
+        _loaded[str(path)] = _read_answers(path, key)
+    return _loaded[str(path)].get(entry)
+
+
+def _store_answer(entry: str, value: bool) -> None:
+    if probe_mode() == "off":
+        return
+    key = probe_key()
+    path = probe_cache_path(key)
+    with warnings.catch_warnings():  # a corrupt file was reported when it was read
+        warnings.simplefilter("ignore", ProbeCacheWarning)
+        answers = _read_answers(path, key)  # merge what other processes stored meanwhile
+    answers[entry] = value
+    _loaded[str(path)] = answers
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "answers": answers}, indent=0, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as e:
+        warnings.warn(f"exact numerics: could not store probe answers in {path} ({e})",
+                      ProbeCacheWarning, stacklevel=3)
+
 
 @functools.lru_cache(maxsize=None)
 def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backend: str,
                         product=None) -> bool:
     """Whether a float product of kind ``kind`` with ``m`` rows gives every row bit-identically
     to the two-row reference program of the same shape, on this backend (measured once per
-    process; the kernels are chosen by shape, so the probe uses the real one).
+    machine and software: the answers are stored under the specjax cache directory, see
+    ``SPECJAX_PROBE_CACHE`` above; the kernels are chosen by shape, so the probe uses the real
+    one).
 
     Products accumulate and return float32 (``dtype_name`` is the operands' dtype): a
     bfloat16 result would round most order differences away in the probe, not in a model.
@@ -139,9 +234,16 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
         return False
     if kind == "attention" and m * shape[0] < 2:
         return False
+    pname = "none" if product is None else f"{product.__module__}.{product.__qualname__}"
+    entry = f"{kind}|{m}|{','.join(map(str, shape))}|{dtype_name}|{pname}"
+    got = _stored_answer(entry)
+    if got is not None:
+        return got
     with jax.ensure_compile_time_eval():  # called while a forward is traced: run it now
-        return _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32),
-                             product)
+        got = _PROBES[kind](m, tuple(shape), jnp.dtype(dtype_name), jnp.dtype(jnp.float32),
+                            product)
+    _store_answer(entry, got)
+    return got
 
 
 def row_plan(m: int, kind: str, shape: tuple, dtype, product=None) -> tuple[int, int]:
