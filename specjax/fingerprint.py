@@ -43,11 +43,11 @@ def device_description() -> str:
 
 
 def model_fingerprint(model) -> dict:
-    """What of the model a cost depends on: its config (shapes), dtype and quantization."""
-    from specjax.models.quant import quantization_of
-
+    """What of the model a cost depends on: its config (shapes), dtype and quantization (the
+    mode ``specjax.models.quant.quantize`` recorded on the model; read here without importing
+    model code, which imports this module)."""
     m = getattr(model, "model", model)
     cfg = json.dumps(m.cfg.to_dict(), sort_keys=True, default=str)
     return {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
             "dtype": str(getattr(m, "dtype", "float32")),
-            "quantization": quantization_of(m) or "none"}
+            "quantization": getattr(m, "quantization", None) or "none"}
