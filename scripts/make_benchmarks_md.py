@@ -394,7 +394,10 @@ def exactness_section(d: dict) -> list[str]:
            f"`{d['command']}` ({d['date']}, {d['machine']}); {d['prompts']} built-in prompts, "
            f"{d['max_new_tokens']} new tokens, median of {d['repeats']} repeats after a "
            "compiling run; decode tokens/s of the whole generate call. `identical`: prompts "
-           "where prompt lookup's tokens equal plain decoding's (same numerics).", "",
+           "where prompt lookup's tokens equal plain decoding's (same numerics). The command "
+           "continues where it stopped, one precision at a time: "
+           + "; ".join(f"{p} measured {dt}" for p, dt in dict.fromkeys(
+               (r["precision"], r.get("date", d["date"])) for r in d["rows"])) + ".", "",
            "| precision | numerics | plain b1 tok/s | plain b4 tok/s | exact cost b1 | "
            "exact cost b4 | prompt lookup b1 | b4 | identical b1 | b4 | unseen identical "
            "(b4) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -70,7 +70,8 @@ def main() -> None:
         tok = lm.tokenizer
         prompts = [tok.encode_chat(t) for t in texts]
         pl = methods.build("prompt_lookup", lm, {})
-        rows = {n: {"precision": prec, "numerics": n} for n in ("fast", "exact")}
+        rows = {n: {"precision": prec, "numerics": n, "date": out["date"]}
+                for n in ("fast", "exact")}
         for B in (1, 4):
             rates = {(n, m): [] for n in rows for m in ("ar", "prompt_lookup")}
             toks = {}
