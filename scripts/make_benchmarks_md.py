@@ -479,7 +479,9 @@ def main():
                         ("bench_builtin_w8a8", "Speculative methods on the built-in prompts, "
                                                "w8a8 target (`--quantize w8a8`)"),
                         ("bench_builtin_pl", "Prompt lookup on the built-in prompts, float32, "
-                                             "against plain decoding")):
+                                             "against plain decoding"),
+                        ("bench_builtin_ngram", "The ngram drafter (suffix + prompt lookup + "
+                                                "token recycling) on the built-in prompts")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None

@@ -5,6 +5,7 @@ from specjax.drafters import (  # noqa: F401
     eagle,
     hydra,
     medusa,
+    ngram,
     prompt_lookup,
     self_spec,
     suffix,

@@ -1,0 +1,125 @@
+"""``ngram`` (issue 24): the per-source bookkeeping against a by-hand count, greedy identity
+(batch 1, 3 and 8, mixed lengths, every source alone and all together), the global cache
+learning through it, lossless sampling, bad options."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
+    three_token_law
+from specjax import drafters, methods
+from specjax.drafters.ngram import agreement, confident_length, expected_accepted
+from specjax.drafters.suffix import SuffixCache
+from specjax.engine import generate
+from specjax.errors import DrafterError
+from specjax.sampling import SamplingParams
+
+
+@pytest.fixture(scope="module")
+def target():
+    return make_target()
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return mixed_prompts(8, seed=11)
+
+
+@pytest.fixture(scope="module")
+def plain(target, prompts):
+    return generate(target, prompts, max_new_tokens=14, batch_size=8).tokens
+
+
+def test_agreement_counts_by_hand():
+    rng = np.random.default_rng(0)
+    B, S, K = 64, 3, 5
+    drafts = rng.integers(0, 3, (B, S, K))
+    lens = rng.integers(0, K + 1, (B, S))
+    committed = rng.integers(0, 3, (B, K + 1))
+    n_com = rng.integers(1, K + 2, B)
+    acc, trials = agreement(jnp.asarray(drafts), jnp.asarray(lens), jnp.asarray(committed),
+                            jnp.asarray(n_com))
+    for b in range(B):
+        for s in range(S):
+            known = min(lens[b, s], n_com[b])
+            m = 0
+            while m < known and drafts[b, s, m] == committed[b, m]:
+                m += 1
+            assert acc[b, s] == m
+            assert trials[b, s] == m + (m < known)
+
+
+def test_expected_accepted():
+    a = jnp.asarray([[0.5, 1.0, 0.0]])
+    n = jnp.asarray([[3, 2, 4]])
+    np.testing.assert_allclose(np.asarray(expected_accepted(a, n, 4)),
+                               [[0.5 + 0.25 + 0.125, 2.0, 0.0]], rtol=1e-6)
+
+
+def test_confident_length():
+    a = jnp.asarray([0.5, 0.9, 0.3, 1.0])
+    # 0.5: 0.5 >= 0.4 > 0.25; 0.9: 0.9^8 = 0.43 >= 0.4 > 0.9^9; 0.3: none; 1.0: all (K = 12)
+    assert np.asarray(confident_length(a, 0.4, 12)).tolist() == [1, 8, 0, 12]
+
+
+@pytest.mark.parametrize("sources", [
+    "suffix,prompt_lookup,token_recycling", "token_recycling",
+    pytest.param("prompt_lookup", marks=pytest.mark.long)])  # the suite's time
+def test_greedy_identity(target, prompts, plain, sources):
+    m = methods.build("ngram", target, {"sources": sources, "k": "6"})
+    assert m.drafter.names == tuple(sources.split(","))
+    for B in (1, 3, 8):
+        r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,
+                     drafter=m.drafter, policy=m.policy, batch_size=B)
+        assert r.tokens == plain[:B], (sources, B)
+    for name in m.drafter.names:  # steps that drafted from each source, per row
+        assert len(r.extra[f"ngram_{name}"]) == 8
+    total = sum(sum(r.extra[f"ngram_{n}"]) for n in m.drafter.names)
+    assert 0 < total <= sum(r.target_forwards)
+    if sources == "token_recycling":  # the only source: it drafts wherever anything drafts
+        assert sum(r.extra["drafted"]) > 0
+
+
+def test_learns_across_requests_and_rows_end_mid_step(target, prompts, plain):
+    cache = SuffixCache(2048)
+    d = drafters.make("ngram", target, k=8, cache=cache)
+    first = generate(target, prompts, max_new_tokens=14, drafter=d, batch_size=8)
+    assert first.tokens == plain and len(cache) == 8
+    # asked again, the suffix source finds every answer in its cache and wins the rows
+    again = generate(target, prompts, max_new_tokens=14, drafter=d, batch_size=8)
+    assert again.tokens == plain
+    assert sum(again.extra["ngram_suffix"]) > sum(first.extra["ngram_suffix"])
+    assert sum(again.extra["accepted"]) > sum(first.extra["accepted"])
+    for n in (5, 11):  # budgets that end rows in the middle of a step
+        r = generate(target, prompts, max_new_tokens=n, drafter=d, batch_size=8)
+        assert r.tokens == [t[:n] for t in plain]
+
+
+def test_sampling_matches_the_target_distribution():
+    target, _ = sharp_tiny_pair()
+    want = three_token_law(target, [1, 2, 3])
+    n = 5000
+    cache = SuffixCache(256)
+    for seq in ([1, 2, 3, 4, 5, 6], [3, 4, 4, 4], [2, 3, 0, 1, 2]):
+        cache.add(seq)
+    d = drafters.make("ngram", target, k=3, cache=cache, learn=False)
+    res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
+                   sampling=SamplingParams(temperature=1.0, seed=4))
+    assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
+    chi_square_check([t[:3] for t in res.tokens], want)
+
+
+@pytest.mark.parametrize("args,msg", [
+    ({"sources": "suffix,bigram"}, "sources must be distinct names from suffix, "
+                                   "prompt_lookup, token_recycling"),
+    ({"sources": "suffix,suffix"}, "sources must be distinct"),
+    ({"sources": ""}, "sources must be distinct"),
+    ({"prior": "1.5"}, r"prior must be in \(0, 1\)"),
+    ({"source_decay": "0"}, r"source_decay must be in \(0, 1\]"),
+    ({"prior_weight": "-1"}, "prior_weight must be > 0"),
+    ({"min_gain": "1"}, r"min_gain must be in \[0, 1\)"),
+])
+def test_bad_options(target, args, msg):
+    with pytest.raises(DrafterError, match=msg):
+        methods.build("ngram", target, args)
