@@ -520,7 +520,9 @@ def test_first_run_after_compile_is_not_timed(tmp_path, tiny_gguf, prompts_file,
     monkeypatch.setattr(engine, "COMPILED", engine._Compiled())  # compile afresh here
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file)
     for r in res["rows"]:
-        assert r["compile_s"] >= 5.0, (r["method"], r["category"])
+        # the excess booked is (first run - timed run): the planted 5 s, less the timed run's
+        # own noise (a fresh clone measured 4.996 s once: the timed run 4 ms slower)
+        assert r["compile_s"] >= 4.5, (r["method"], r["category"])
         # 12 tokens in well under 5 s: no timed run carries the planted 5 s
         assert r["tokens_per_s_min"] > 12 / 5.0 * 2, (r["method"], r["category"])
 
