@@ -4,9 +4,10 @@ Each drafter's ``propose`` and ``update`` run alone, compiled, on SmolLM2's voca
 context of real text (the built-in prompts, repeated to ``--context`` tokens), at batch 1 and
 4; the time is the median of ``--repeats`` calls. A step of the loop also pays what a drafter
 asks of the verify forward: token recycling's top-k of the logits of every verified token,
-timed here as ``features_ms`` (``lax.top_k`` over ``[B, T, V]`` float32 logits with ``T`` the
-tree's nodes + 1). Memory: the bytes of the drafter's parameters (the suffix cache) and of its
-per-row state (token recycling's table). A plain decoding step of SmolLM2 float32 takes ~30 ms
+timed here as ``features_ms`` (``specjax.features.from_output``: ``lax.top_k`` over
+``[B, T, V]`` float32 logits with ``T`` the tree's nodes + 1, an argmax for one id). Memory:
+the bytes of the drafter's parameters (the suffix cache) and of its per-row state (token
+recycling's table). A plain decoding step of SmolLM2 float32 takes ~30 ms
 on this project's 2-core CPU (docs/benchmarks.md), for scale.
 
     python scripts/bench_drafter_overhead.py --out docs/results/drafter_overhead.json
@@ -19,6 +20,7 @@ import json
 import statistics
 import sys
 import time
+import types
 
 
 def main() -> None:
@@ -38,7 +40,7 @@ def main() -> None:
     from specjax.bench.machine import machine_description, utc_now
     from specjax.data.builtin import BUILTIN
     from specjax.drafters.base import StepContext, tree_spec
-    from specjax.features import Features
+    from specjax.features import Features, from_output
     from specjax.models.loaders import load
 
     lm = load("smollm2-135m", numerics="fast")
@@ -100,7 +102,10 @@ def main() -> None:
             features_ms = 0.0
             if width:
                 logits = jnp.asarray(rng.standard_normal((B, T, V)), jnp.float32)
-                features_ms = timed(jax.jit(lambda x: jax.lax.top_k(x, width)[1]), logits)
+                spec_f = d.features  # what the verify forward computes for the drafter
+                features_ms = timed(jax.jit(lambda x: from_output(
+                    spec_f, types.SimpleNamespace(logits=x, hidden=(), final_hidden=None)
+                ).top_ids), logits)
             row = {"drafter": name, "batch": B, "nodes": T - 1, "propose_ms": propose_ms,
                    "update_ms": update_ms, "features_ms": features_ms,
                    "step_ms": propose_ms + update_ms + features_ms,

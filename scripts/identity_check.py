@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 
 def main() -> None:
@@ -32,7 +31,7 @@ def main() -> None:
     from specjax import methods
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.prompts import load_prompts
-    from specjax.engine import generate
+    from specjax.bench.identity import compare_with_plain
     from specjax.models.loaders import load
 
     lm = load("smollm2-135m", dtype=getattr(jnp, a.dtype))
@@ -45,22 +44,12 @@ def main() -> None:
            "prompts": len(prompts), "rows": []}
     for n in a.numerics.split(","):
         lm.model.set_numerics(n)
-        row = {"numerics": n}
-        runs = {}
-        for name, drafter, policy in (("ar", None, None),
-                                      ("prompt_lookup", pl.drafter, pl.policy)):
-            t0 = time.perf_counter()
-            r = generate(lm.model, prompts, batch_size=a.batch_size,
-                         max_new_tokens=a.max_new_tokens, eos_ids=tok.eos_ids,
-                         drafter=drafter, policy=policy)
-            row[f"{name}_s_incl_compile"] = time.perf_counter() - t0
-            runs[name] = r.tokens
-        same = [x == y for x, y in zip(runs["ar"], runs["prompt_lookup"])]
-        row["identical"] = sum(same)
-        row["first_divergence"] = [next((i for i, (p, q) in enumerate(zip(x, y)) if p != q),
-                                        min(len(x), len(y)))
-                                   for x, y, s in zip(runs["ar"], runs["prompt_lookup"], same)
-                                   if not s]
+        c = compare_with_plain(lm.model, prompts, pl.drafter, pl.policy,
+                               batch_size=a.batch_size, max_new_tokens=a.max_new_tokens,
+                               eos_ids=tok.eos_ids)
+        row = {"numerics": n, "ar_s_incl_compile": c["plain_s"],
+               "prompt_lookup_s_incl_compile": c["spec_s"], "identical": c["identical"],
+               "first_divergence": c["first_divergence"]}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
         with open(a.out, "w") as fh:

@@ -18,7 +18,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 
 def main() -> None:
@@ -34,6 +33,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from specjax import methods
+    from specjax.bench.identity import compare_with_plain
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.prompts import load_prompts
     from specjax.data.builtin import BUILTIN
@@ -102,15 +102,11 @@ def main() -> None:
             up = [tok.encode_chat(it["prompt"]) for it in unseen]
             for n, row in rows.items():
                 lm.model.set_numerics(n)
-                t0 = time.perf_counter()
-                plain = generate(lm.model, up, batch_size=4, max_new_tokens=a.max_new_tokens,
-                                 eos_ids=tok.eos_ids).tokens
-                spec = generate(lm.model, up, batch_size=4, max_new_tokens=a.max_new_tokens,
-                                eos_ids=tok.eos_ids, drafter=pl.drafter,
-                                policy=pl.policy).tokens
-                row["unseen_identical"] = sum(x == y for x, y in zip(plain, spec))
-                row["unseen_prompts"] = len(up)
-                row["unseen_s"] = time.perf_counter() - t0
+                c = compare_with_plain(lm.model, up, pl.drafter, pl.policy, batch_size=4,
+                                       max_new_tokens=a.max_new_tokens, eos_ids=tok.eos_ids)
+                row["unseen_identical"] = c["identical"]
+                row["unseen_prompts"] = c["prompts"]
+                row["unseen_s"] = c["plain_s"] + c["spec_s"]
         for row in rows.values():
             out["rows"].append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)

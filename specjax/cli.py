@@ -422,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "the registered task TASK (specjax.train.TASKS) as the config file "
                         "(get_config() -> TrainConfig) says, resuming from the newest "
                         "checkpoint in its out_dir; the flags override the config's fields. "
+                        "specjax train acceptance ...: the specdec++ policy's acceptance head; "
                         "specjax train data ...: builds a training corpus (see specjax train "
                         "data --help).")
     tr.add_argument("task", metavar="TASK", help="a registered training task, or 'data'")
@@ -502,6 +503,13 @@ def cmd_train(args) -> int:
         corpus.add_arguments(dp)
         rc = corpus.main(dp.parse_args(args.train_argv))
         return 0 if rc is None else int(rc)
+    if args.task == "acceptance":  # the specdec++ policy's head: collects, then fits
+        from specjax.train import acceptance
+
+        ap = argparse.ArgumentParser(prog="specjax train acceptance",
+                                     description=(acceptance.__doc__ or "").split("\n\n")[0])
+        acceptance.add_flags(ap)
+        return int(acceptance.main(ap.parse_args(args.train_argv)) or 0)
 
     from specjax.train import TASKS, fit, load_train_config, replace_from_flags
 

@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
+from specjax import atomic
 from specjax.buckets import verify_buckets
 from specjax.errors import PolicyError
 from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model_fingerprint
@@ -167,10 +168,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
             "command": "specjax.cost_curves.measured_cost"}
     curve = _relative(data, key["batch"], max(ks))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
+        atomic.write_text(path, json.dumps(data, indent=1))
     except OSError as e:
         warnings.warn(f"cost curve: could not cache it in {path} ({e}); it is measured again "
                       "next time", CostCurveWarning, stacklevel=2)

@@ -240,14 +240,16 @@ def test_confidence_policy(target, prompts, plain):
 # every drafter under the fixed and adaptive policies; every policy under prompt lookup, a draft
 # model and a head drafter (the pairs grow as products otherwise: the suite's time)
 POLICY_DRAFTERS = ("prompt_lookup", "draft_model", "eagle")  # Hydra: under fixed/adaptive
-# dsde reads the target-draft divergence: drafters with a draft distribution only (the loop
-# refuses prompt lookup: test_dsde_needs_a_draft_distribution)
+# dsde reads the target-draft divergence and specdec++ the draft distribution: drafters with a
+# draft distribution only (prompt lookup is refused: test_dsde_needs_a_draft_distribution,
+# test_specdecpp.py::test_bad_heads_and_options)
 # The default run checks every policy under the head drafter (the drafter the policies are
 # built for: it has a draft distribution); the two other drafters' policy pairs run under -m long.
 _DEFAULT_POLICY_DRAFTER = "eagle"
 PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")} |
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
-                if not p.startswith("_") and (d, p) != ("prompt_lookup", "dsde")})
+                if not p.startswith("_") and (d, p) not in (("prompt_lookup", "dsde"),
+                                                            ("prompt_lookup", "specdec++"))})
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
     () if p in ("fixed", "adaptive") or d == _DEFAULT_POLICY_DRAFTER else pytest.mark.long))
     for d, p in PAIRS]
@@ -271,6 +273,16 @@ def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, d
                                                                     "2": {"k": 1}}}))
     if drafter == "early_exit":
         args["exit_layer"] = "2"
+    if policy == "specdec++":  # a random acceptance head for this drafter
+        from specjax.heads import acceptance
+
+        d0 = methods.build(drafter, target, {}).drafter
+        cfg = acceptance.AcceptanceHeadConfig(hidden_dim=acceptance.hidden_dim_of(d0), width=8,
+                                              blocks=1)
+        args["acc_head"] = str(acceptance.save(
+            tmp_path / "acc", cfg, acceptance.init_params(cfg, seed=1), trained_for={
+                "drafter": {"name": drafter, "digest": acceptance.drafter_digest(d0)}}))
+        args["threshold"] = "0.6"
     m = methods.build(drafter, target, args)
     assert (m.drafter.name, m.policy.name) == (drafter, policy)
     one = generate(target, prompts[:1], max_new_tokens=10, drafter=m.drafter,
@@ -317,7 +329,7 @@ def test_typed_method_options(target):
     with pytest.raises(DrafterError, match="decay= only applies to policy=adaptive"):
         methods.build("early_exit", target, {"decay": "0.5"})
     with pytest.raises(DrafterError, match="threshold= only applies to policy=confidence or "
-                       "policy=gammatune\\+ or verifier=typical"):
+                       "policy=gammatune\\+ or policy=specdec\\+\\+ or verifier=typical"):
         methods.build("early_exit", target, {"threshold": "0.5"})
     with pytest.raises(DrafterError, match="unknown verifier 'fuzzy'; available: "
                        "chain_sampling, greedy"):

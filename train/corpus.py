@@ -25,13 +25,13 @@ import datetime
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable
 
+from specjax import atomic
 from specjax.errors import ConfigError, DataError, SpecjaxError
 from specjax.tokenizer import tokenizer_sha256
 from specjax.train.pool import (
@@ -160,12 +160,7 @@ def read_shard(path: str | Path) -> list[dict]:
 # ----------------------------------------------------------------------------- files
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    atomic.write_bytes(path, data, fsync=True)
 
 
 def _write_manifest(out: Path, manifest: dict) -> None:
@@ -298,14 +293,13 @@ def _totals(manifest: dict) -> None:
 def _write_shard(path: Path, records: list[bytes]) -> None:
     from array_record.python.array_record_module import ArrayRecordWriter
 
-    tmp = path.with_name(path.name + ".tmp")
-    writer = ArrayRecordWriter(str(tmp), "group_size:1")
-    try:
-        for r in records:
-            writer.write(r)
-    finally:
-        writer.close()
-    os.replace(tmp, path)
+    with atomic.replacing(path) as tmp:
+        writer = ArrayRecordWriter(str(tmp), "group_size:1")
+        try:
+            for r in records:
+                writer.write(r)
+        finally:
+            writer.close()
 
 
 def _generate_shard(lm, items: list[PoolItem], encode, config: CorpusConfig, index: int,

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.cache import KVCache
+from specjax.drafters._chain import call_stop, stop_carry0
 from specjax.drafters.base import StepContext
 from specjax.policies.base import DraftStep
 from specjax.rng import Stream, stream_keys
@@ -139,6 +140,7 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
     rows = jnp.arange(B)[:, None]
     cands = []  # per depth: that depth's candidates
     next_id = 0
+    carry = stop_carry0(B)  # the stop rule's running value (see specjax.policies.base)
     for d, lv in enumerate(plan, start=1):
         F = f_lp.shape[1]
         if spec.kind == "fixed":
@@ -181,7 +183,12 @@ def tree_draft(run: Callable, root_logits, cache: KVCache, spec: TreeSpec, ctx: 
             b_tok = jnp.take_along_axis(tok, best[:, None], axis=1)[:, 0]
             b_par = jnp.take_along_axis(parent_pos, best[:, None], axis=1)[:, 0]
             b_probs = jnp.exp(jnp.take_along_axis(f_lp, b_par[:, None, None], axis=1)[:, 0])
-            cut = stop(DraftStep(index=jnp.int32(d - 1), token=b_tok, probs=b_probs))
+            b_hid = (None if f_hid is None else
+                     jnp.take_along_axis(f_hid, b_par[:, None, None], axis=1)[:, 0])
+            cut, carry, last = call_stop(stop, DraftStep(index=jnp.int32(d - 1), token=b_tok,
+                                                         probs=b_probs, hidden=b_hid,
+                                                         carry=carry))
+            k_rows = jnp.where(last & (d < k_rows), d, k_rows)
             k_rows = jnp.where(cut & (d <= k_rows), d - 1, k_rows)
             kmax = jnp.max(k_rows)
         depth_ok = (d <= k_rows)[:, None]

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import keep_q, pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -73,6 +73,12 @@ class EagleDrafter:
 
     def params(self):
         return self._params
+
+    @property
+    def stop_hidden_size(self) -> int:
+        """Size of the hidden state this drafter hands the mid-draft stop hook
+        (``DraftStep.hidden``: the head's output feature that produced the distribution)."""
+        return self.head_cfg.hidden_size
 
     def _head(self, params):
         return nnx.merge(self.graphdef, params["head"])
@@ -158,28 +164,28 @@ class EagleDrafter:
         tokens = jnp.zeros((B, K), jnp.int32)
         q = jnp.zeros((B, K, V), jnp.float32) if keep_q(greedy, ctx) else None
 
-        def pick(logits, i, k_rows):
-            return pick_with_stop(logits, i, k_rows, ctx, greedy, stop)
+        def pick(logits, i, k_rows, carry, hidden):
+            return pick_with_stop(logits, i, k_rows, ctx, greedy, stop, carry, hidden)
 
-        tok0, q0, k_rows = pick(root_logits, 0, k_rows)
+        tok0, q0, k_rows, carry = pick(root_logits, 0, k_rows, stop_carry0(B), root_hid)
         tokens = tokens.at[:, 0].set(tok0)
         q = None if q is None else q.at[:, 0].set(q0)
 
         def body(c):
-            i, cache, tokens, q, hid, k_rows = c
+            i, cache, tokens, q, hid, k_rows, carry = c
             prev = jax.lax.dynamic_index_in_dim(tokens, i - 1, axis=1, keepdims=False)
             pos = n + i - 1
             lg, h, cache = head(emb(prev)[:, None], hid[:, None], pos[:, None],
                                 cache.with_lengths(pos))
-            tok, qi, k_rows = pick(lg[:, 0], i, k_rows)
+            tok, qi, k_rows, carry = pick(lg[:, 0], i, k_rows, carry, h[:, 0])
             tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
             if q is not None:
                 q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
-            return i + 1, cache, tokens, q, h[:, 0], k_rows
+            return i + 1, cache, tokens, q, h[:, 0], k_rows, carry
 
-        _, cache, tokens, q, _, k_rows = jax.lax.while_loop(
+        _, cache, tokens, q, _, k_rows, _ = jax.lax.while_loop(
             lambda c: c[0] < jnp.max(c[5]), body,
-            (jnp.int32(1), cache, tokens, q, root_hid, k_rows))
+            (jnp.int32(1), cache, tokens, q, root_hid, k_rows, carry))
         return tokens, q, cache, jnp.minimum(k_rows, K)
 
     def update(self, params, state: EagleState, ctx, n_acc, tree, path, features):

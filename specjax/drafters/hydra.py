@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import keep_q, pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -124,18 +124,19 @@ class HydraDrafter:
         q = jnp.zeros((B, M, Vd), jnp.float32) if keep_q(greedy, ctx) else None
 
         def body(c):
-            i, buf, tokens, q, k_rows = c
-            tok, qi, k_rows = pick_with_stop(heads.logits(buf, i), i, k_rows, ctx, greedy,
-                                             stop)
+            i, buf, tokens, q, k_rows, carry = c
+            tok, qi, k_rows, carry = pick_with_stop(heads.logits(buf, i), i, k_rows, ctx,
+                                                    greedy, stop, carry)
             tokens = jax.lax.dynamic_update_index_in_dim(tokens, tok, i, axis=1)
             if q is not None:
                 q = jax.lax.dynamic_update_index_in_dim(q, qi, i, axis=1)
             slot = (jnp.arange(K + 1) == i + 2)[None, :, None]  # no slot past K: a no-op
             buf = jnp.where(slot, emb(tok)[:, None, :], buf)
-            return i + 1, buf, tokens, q, k_rows
+            return i + 1, buf, tokens, q, k_rows, carry
 
-        _, _, tokens, q, k_rows = jax.lax.while_loop(
-            lambda c: c[0] < jnp.max(c[4]), body, (jnp.int32(0), buf, tokens, q, k_rows))
+        _, _, tokens, q, k_rows, _ = jax.lax.while_loop(
+            lambda c: c[0] < jnp.max(c[4]), body,
+            (jnp.int32(0), buf, tokens, q, k_rows, stop_carry0(B)))
         return DraftTree.chain(tokens, jnp.minimum(k_rows, M), q)
 
     def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specjax.cache import KVCache
-from specjax.drafters._chain import keep_q, pick_with_stop
+from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
@@ -54,8 +54,10 @@ class MedusaDrafter:
         B, Vd = logits.shape[0], logits.shape[-1]
         if self.tree is None:
             tokens, qs = [], []
+            carry = stop_carry0(B)
             for i in range(self.max_k):
-                tok, q_i, k = pick_with_stop(logits[:, i], i, k, ctx, greedy, stop)
+                tok, q_i, k, carry = pick_with_stop(logits[:, i], i, k, ctx, greedy, stop,
+                                                    carry)
                 tokens.append(tok)
                 qs.append(q_i)
             q = jnp.stack(qs, axis=1) if keep_q(greedy, ctx) else None

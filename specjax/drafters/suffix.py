@@ -37,7 +37,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -45,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax import atomic
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
@@ -169,16 +169,9 @@ class SuffixCache:
                 "evicted": self.evicted}
         lengths = np.asarray([d.size for d in self._docs], np.int64)
         tokens = (np.concatenate(list(self._docs)) if self._docs else np.zeros((0,), np.int32))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                         tokens=tokens, lengths=lengths)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                     tokens=tokens, lengths=lengths)
         return path
 
     @classmethod

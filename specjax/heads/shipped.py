@@ -17,7 +17,8 @@ ROOT = Path(__file__).parent / "shipped"
 RANDOM = "random"
 # drafter kind -> the head formats it loads
 FORMATS = {"eagle": ("specjax-eagle-1",), "medusa": ("specjax-medusa-1",),
-           "hydra": ("specjax-hydra-1",)}
+           "hydra": ("specjax-hydra-1",),
+           "acceptance": ("specjax-acceptance-1",)}  # the specdec++ policy's heads
 
 
 def shipped_heads(kind: str | None = None) -> list[tuple[str, dict]]:

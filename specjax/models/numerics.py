@@ -45,6 +45,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specjax import atomic
+
 NUMERICS = ("fast", "exact")
 
 # positions at the end of every query's key list that exact attention reads by rank
@@ -202,10 +204,8 @@ def _store_answer(entry: str, value: bool) -> None:
     answers[entry] = value
     _loaded[str(path)] = answers
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "answers": answers}, indent=0, sort_keys=True))
-        os.replace(tmp, path)
+        atomic.write_text(path, json.dumps({"key": key, "answers": answers}, indent=0,
+                                           sort_keys=True))
     except OSError as e:
         warnings.warn(f"exact numerics: could not store probe answers in {path} ({e})",
                       ProbeCacheWarning, stacklevel=3)

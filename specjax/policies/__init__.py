@@ -9,6 +9,7 @@ from specjax.policies import (  # noqa: F401  (registers)
     gammatune,
     heuristic,
     smartspec,
+    specdecpp,
 )
 from specjax.policies.adaptive import AdaptivePolicy
 from specjax.policies.base import POLICIES, DraftStep, Policy

@@ -8,6 +8,7 @@ pytree carried in the decode loop::
     k = policy.decide(state, ctx)                  # int32[B] in [0, policy.max_k]
     # during drafting, only when policy.stops_mid_draft:
     stop = policy.stop(state, draft_step)          # bool[B]: drop this token, draft no more
+                                                   # (or (bool[B], carry[B]): see below)
     state = policy.update(state, k, n_draft, n_acc)   # after verification
 
 ``stop`` runs inside the drafter's compiled draft loop after each drafted token (a chain's
@@ -16,6 +17,12 @@ token, the draft distribution it was drawn from and the drafter's own features. 
 which it returns True keep the tokens drafted before and draft nothing more this step; no
 Python loop, no recompilation per ``k``. Drafters without a draft distribution (prompt
 lookup) never call it.
+
+A stop rule with memory across the draft positions of one step (SpecDec++'s running product
+of predicted acceptances) returns ``(cut, carry)``: the drafter hands ``carry`` (``float32[B]``)
+back in the next position's ``DraftStep.carry``; it is 0 at the first position of every step.
+It may return ``(cut, carry, last)``: ``last[b]`` keeps this token and drafts no more for the
+row, so that a rule that decides after seeing a token does not pay for the next draft forward.
 
 Policies are frozen dataclasses registered in :data:`POLICIES`: their ``init`` fields are
 their typed options (``max_k`` is filled in from the drafter). A policy imports neither the
@@ -45,13 +52,17 @@ class DraftStep:
         top-k and top-p applied when sampling; the plain softmax when greedy), over the
         drafter's vocabulary (an EAGLE head's reduced draft vocabulary: ``V`` may be smaller
         than the target's).
-      hidden: ``[B, D]`` the drafter's feature for the token, or None.
+      hidden: ``[B, D]`` the drafter's hidden state that produced ``probs`` (an EAGLE head's
+        output feature), or None for drafters that do not expose one.
+      carry: ``float32[B]`` what the stop rule returned as its carry at the previous draft
+        position of this step (0 at the first), or None where no rule returned one.
     """
 
     index: jax.Array
     token: jax.Array
     probs: jax.Array
     hidden: jax.Array | None = None
+    carry: jax.Array | None = None
 
 
 class Policy(Protocol):
