@@ -1,5 +1,5 @@
 """Draft-length policies side by side on the shipped EAGLE-3 head (issue 23), built-in prompts,
-batch 1: fixed k = 1, 2, 3 (the best fixed k in hindsight is the reference), the confidence
+batch 1: fixed k = 1, 2, 4 (the best fixed k in hindsight is the reference), the confidence
 stop, the cost-aware adaptive policy and SpecDec++ with the shipped acceptance head at two
 thresholds. `specjax bench --config configs/policies_eagle.py`."""
 
@@ -8,11 +8,12 @@ from specjax.experiment import BenchConfig
 
 def get_config() -> BenchConfig:
     return BenchConfig(
-        methods=("ar", "eagle@k1", "eagle@k2", "eagle", "eagle@confidence", "eagle@adaptive",
+        methods=("ar", "eagle@k1", "eagle@k2", "eagle@k4", "eagle@confidence", "eagle@adaptive",
                  "eagle@specdec++", "eagle@specdec++h8"),
         method_args={
             "eagle@k1": {"k": 1},
             "eagle@k2": {"k": 2},
+            "eagle@k4": {"k": 4},  # the drafter's own default, before issue 23's measurement
             "eagle@confidence": {"k": 6, "policy": "confidence"},
             "eagle@adaptive": {"k": 6, "policy": "adaptive"},
             "eagle@specdec++": {"k": 6, "policy": "specdec++", "threshold": 0.7},

@@ -467,7 +467,11 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
+    for name, title in (("bench_policies_eagle", "Draft-length policies on the shipped "
+                                                 "EAGLE-3 head, built-in prompts, batch 1"),
+                        ("bench_policies_eagle_b4", "Draft-length policies on the shipped "
+                                                    "EAGLE-3 head, built-in prompts, batch 4"),
+                        ("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),
                         ("bench_trees", "Token trees vs chains vs plain decoding (built-in "

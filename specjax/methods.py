@@ -29,6 +29,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layer_skip": {"k": 3, "policy": "fixed"},
     "draft_model": {"k": 3, "policy": "fixed"},
 }
+# defaults that apply to chains only (a tree keeps the drafter's own depth): the shipped EAGLE-3
+# head on SmolLM2 pays at one draft token per step on a CPU (1.16x) and loses at its own
+# default of 4 (0.83x): configs/policies_eagle.py, docs/benchmarks.md
+CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
+    "eagle": {"k": 1},
+}
 
 
 class Method(NamedTuple):
@@ -100,7 +106,9 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
         if args:
             raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
         return Method(None, None, None)
-    merged = _fold_legacy_tree_keys(name, {**DEFAULTS.get(name, {}), **args})
+    chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
+    defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {})}
+    merged = _fold_legacy_tree_keys(name, {**defaults, **args})
     args = _fold_legacy_tree_keys(name, args)
     pol_name = str(merged.pop("policy", "fixed"))
     ver_name = merged.pop("verifier", None)
