@@ -87,10 +87,10 @@ def test_stop_rule_by_hand(target, tmp_path):
 
 
 @pytest.mark.parametrize("name,kw", [
-    ("draft_model", dict(k=6, layers=1)),
+    pytest.param("draft_model", dict(k=6, layers=1), marks=pytest.mark.long),
     ("eagle", dict(k=6)),
     ("eagle", dict(k=6, tree="dynamic:width=2,nodes=8")),
-    ("medusa", dict(k=4)),
+    pytest.param("medusa", dict(k=4), marks=pytest.mark.long),
 ], ids=["draft_model", "eagle", "eagle-tree", "medusa"])
 def test_carry_reaches_every_drafter(target, prompts, plain, tmp_path, name, kw):
     """Every step drafts exactly the length the rule gives (3 with these predictions): the
