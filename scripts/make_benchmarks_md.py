@@ -471,6 +471,8 @@ def main():
                                                  "EAGLE-3 head, built-in prompts, batch 1"),
                         ("bench_policies_eagle_b4", "Draft-length policies on the shipped "
                                                     "EAGLE-3 head, built-in prompts, batch 4"),
+                        ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
+                                                      "its stop rule's fix, batch 1"),
                         ("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),
