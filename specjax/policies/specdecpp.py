@@ -11,9 +11,11 @@ prediction; ``keep_crossing=False`` drops that token too, saving its verify slot
 least ``k_min`` and at most ``k`` tokens. Decided mid-draft, per row, inside the compiled loop.
 
 What the paper does and this does not: its head reads the draft model's hidden state after
-the drafted token is fed back (one more draft forward); here it reads the hidden state that
-produced the token's distribution plus three statistics of that distribution and the draft
-position (the same information as the next forward's input, without the forward). The head is
+the drafted token is fed back (one more draft forward); here it reads three statistics of the
+token's draft distribution and the draft position, and optionally (``specjax train acceptance
+--hidden``) the hidden state that produced that distribution (the next forward's input,
+without the forward). The shipped head for the EAGLE-3 head on SmolLM2 reads the statistics
+only: with the data a CPU session collects the hidden state overfits (docs/training.md). The head is
 trained on greedy acceptances (its labels are 0/1 events of greedy verification); under
 sampling it still cuts drafts losslessly, but its predictions are those of the greedy rule.
 """
