@@ -104,10 +104,9 @@ def from_output(spec: FeatureSpec, out) -> Features:
     """The declared features of a forward's output (``hidden_layers`` as in
     :func:`forward_kwargs`; the logits of every token)."""
     top = None
-    if spec.top_ids == 1:  # one id: an argmax (the same id, ties to the lower index as
-        # top_k; a full top-k sort of the vocabulary cost ~1 ms per step at batch 1)
-        top = jnp.argmax(out.logits, axis=-1)[..., None].astype(jnp.int32)
-    elif spec.top_ids:
+    if spec.top_ids:  # also for one id: XLA:CPU's argmax (a two-operand reduce) measured
+        # slower than lax.top_k(x, 1) over SmolLM2's vocabulary (2.0 vs 1.3 ms per step at
+        # batch 1, 7.5 vs 4.7 at batch 4: docs/benchmarks_notes.md)
         top = jax.lax.top_k(out.logits, spec.top_ids)[1].astype(jnp.int32)
     return Features(hidden=tuple(out.hidden) if spec.layers else (),
                     final_hidden=out.final_hidden if spec.final_hidden else None,
