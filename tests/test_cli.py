@@ -139,6 +139,8 @@ def test_adaptive_cost_from_verify_curve_json(tmp_path):
 
 
 @pytest.mark.real_model
+@pytest.mark.long  # 73 s, mostly exact-numerics probes at -O0 (suite time); the API-level
+# real-model identity checks (tests/test_real_model.py) stay in the default run
 def test_cli_speculative_method_matches_ar(tmp_path):
     pf = tmp_path / "p.jsonl"
     pf.write_text('{"id": 1, "prompt": "Repeat exactly: the cat sat on the mat, the cat sat on '
