@@ -247,9 +247,11 @@ def generate(
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []})
     observe = getattr(drafter, "observe", None)  # a drafter that learns from outputs
+    carry_over = getattr(drafter, "carry_over", None)  # one that keeps its loop state
     stats = getattr(drafter, "stats", None)  # per-row counters of its own
     for start in range(0, len(prompts), bs):
-        if observe is not None and start > 0:  # what it learnt from the last batch
+        if (observe is not None or carry_over is not None) and start > 0:
+            # what it learnt from the last batch
             dparams = drafter.params()
             if place is not None:
                 dparams = place.replicate(dparams)
@@ -314,6 +316,8 @@ def generate(
             res.stop_reason.append(reason)
         if observe is not None:
             observe(rows[:n_real], res.tokens[-n_real:])
+        if carry_over is not None:
+            carry_over(state.draft_state)
         if progress is not None:
             progress(n_real)
     return res

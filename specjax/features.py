@@ -36,12 +36,15 @@ class FeatureSpec:
       logits: the target's float32 logits.
       top_ids: when > 0, the ids of the target's ``top_ids`` most likely next tokens
         (``int32[..., top_ids]``, best first), without handing over the logits.
+      top_probs: with ``top_ids``, also their probabilities under the target's plain softmax
+        (temperature 1, ``float32[..., top_ids]``).
     """
 
     layers: tuple[int, ...] = ()
     final_hidden: bool = False
     logits: bool = False
     top_ids: int = 0
+    top_probs: bool = False
 
     def __post_init__(self):
         if not isinstance(self.layers, tuple) or not all(
@@ -52,6 +55,9 @@ class FeatureSpec:
                 self.top_ids < 0:
             raise DrafterError(f"FeatureSpec.top_ids must be an integer >= 0, got "
                                f"{self.top_ids!r}")
+        if self.top_probs and not self.top_ids:
+            raise DrafterError("FeatureSpec.top_probs needs top_ids > 0 (the probabilities of "
+                               "which ids?)")
 
     @property
     def empty(self) -> bool:
@@ -83,12 +89,14 @@ class Features:
       final_hidden: ``[B, T, D]`` or None.
       logits: ``float32[B, T, V]`` or None.
       top_ids: ``int32[B, T, top_ids]`` or None.
+      top_probs: ``float32[B, T, top_ids]`` or None.
     """
 
     hidden: tuple[jax.Array, ...] = ()
     final_hidden: jax.Array | None = None
     logits: jax.Array | None = None
     top_ids: jax.Array | None = None
+    top_probs: jax.Array | None = None
 
     def map(self, fn) -> "Features":
         """Applies ``fn`` to every array (each has the token axis at 1)."""
@@ -103,14 +111,18 @@ def forward_kwargs(spec: FeatureSpec) -> dict:
 def from_output(spec: FeatureSpec, out) -> Features:
     """The declared features of a forward's output (``hidden_layers`` as in
     :func:`forward_kwargs`; the logits of every token)."""
-    top = None
+    top = probs = None
     if spec.top_ids:  # also for one id: XLA:CPU's argmax (a two-operand reduce) measured
         # slower than lax.top_k(x, 1) over SmolLM2's vocabulary (2.0 vs 1.3 ms per step at
         # batch 1, 7.5 vs 4.7 at batch 4: docs/benchmarks_notes.md)
-        top = jax.lax.top_k(out.logits, spec.top_ids)[1].astype(jnp.int32)
+        vals, top = jax.lax.top_k(out.logits, spec.top_ids)
+        top = top.astype(jnp.int32)
+        if spec.top_probs:
+            lse = jax.nn.logsumexp(out.logits.astype(jnp.float32), axis=-1, keepdims=True)
+            probs = jnp.exp(vals.astype(jnp.float32) - lse)
     return Features(hidden=tuple(out.hidden) if spec.layers else (),
                     final_hidden=out.final_hidden if spec.final_hidden else None,
-                    logits=out.logits if spec.logits else None, top_ids=top)
+                    logits=out.logits if spec.logits else None, top_ids=top, top_probs=probs)
 
 
 def pad_tokens(f: Features, T: int) -> Features:

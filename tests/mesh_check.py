@@ -29,7 +29,7 @@ def main(quick: bool):
     prompts[1] = [5, 6, 7, 8] * 5
     out = {"mismatch": []}
     runs = (("ar", {}), ("prompt_lookup", {}), ("eagle", {"head": "random"}),
-            ("token_recycling", {}))
+            ("token_recycling", {}), ("stand", {"buckets": "1024"}))
     samplings = (SamplingParams(), SamplingParams(temperature=1.0, seed=3))
     specs = ("data=8", "data=4", "data=2")
     if quick:  # the default test run: prompt lookup, greedy, data=8 (and the padded batch)

@@ -29,7 +29,8 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
     import numpy as np
     from flax import nnx
 
-    graphdef, params = nnx.split(lm.model)
+    model = getattr(lm, "model", lm)  # a LoadedModel or a bare Llama
+    graphdef, params = nnx.split(model)
 
     @functools.partial(jax.jit, donate_argnames=("cache",))
     def fwd(params, tokens, positions, cache):
@@ -39,7 +40,7 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
 
     def time_one(B, k):
         S = prefix + max(ks)
-        cache = lm.model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
+        cache = model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
         toks = jnp.zeros((B, k), jnp.int32)
         pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
         for _ in range(2):  # compile + warm-up

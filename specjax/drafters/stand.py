@@ -1,0 +1,475 @@
+"""STAND (Song et al., 2025; card C18): stochastic n-gram drafting from stored distributions.
+
+Where prompt lookup stores which token followed an n-gram, STAND stores *the target's
+distribution* after it: for every context of 1..``order`` tokens seen in the text (the prompt
+and everything committed since), the ``width`` most likely next tokens with their
+probabilities, averaged over the context's occurrences. A step looks up the longest stored
+context ending at the pending token and *samples* the draft from that distribution (when
+sampling), so the draft distribution ``q`` resembles the target's ``p`` and the lossless rule
+accepts with ``min(1, p/q)`` more often than a one-hot draft would; trees draw siblings without
+replacement (Gumbel-top-k from the same ``q``) and are verified with the recursive rule
+(:func:`specjax.verify.sampling_tree_verify`), chains with standard speculative sampling.
+Greedy decoding drafts the stored distribution's most likely tokens.
+
+Where the distributions come from: the target's own top-``width`` probabilities at every
+prompt position (the prefill) and at every committed position of each step (the verify pass
+computes them anyway: :class:`specjax.features.FeatureSpec` ``top_probs``), at temperature 1.
+A draft at temperature ``T`` samples ``q(x) ∝ w(x) ** (1 / T)`` over the stored ids (the
+target's temperature-``T`` law restricted to them, when ``w`` is exact).
+
+Tables (inside the compiled loop, static shapes): per order ``o = 1..order`` a hash table of
+``buckets`` entries holding the context (checked on look-up, so a collision never drafts
+from another context), ``width`` ids, their weights and an occurrence count. An update merges
+the new distribution into the stored one as a running mean over the last ``window``
+occurrences (``w <- (1 - a) w + a p``, ``a = 1 / min(count + 1, window)``), keeping the
+``width`` heaviest ids of the union; a colliding context replaces the entry. When one update
+holds several occurrences of a bucket, the latest wins.
+
+``share="batch"`` (the default) keeps one table for the whole batch: the N samples of one
+question decoded as N rows (best-of-N, self-consistency) draft from each other's text, which
+is what the method is for. ``share="row"`` keeps one per row (memory times the batch). The
+drafts of a row then depend on the other rows, which does not touch losslessness: a draft
+may come from anywhere as long as the verifier knows the distribution it was drawn from.
+``memory="keep"`` carries the tables over from one batch (one ``generate`` call) to the next
+in this process (earlier samples of the same question teach later ones); a file path also
+saves them there after every batch and loads them on the next build.
+
+Memory: ``order * buckets * (order + 2 * width + 1) * 4`` bytes per table (``order=3,
+buckets=65536, width=8``: 14.2 MB); a configuration past ``max_table_mb`` (default 1024) is
+refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zipfile
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax.atomic import replacing
+from specjax.drafters._chain import call_stop, keep_q, stop_carry0
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field
+from specjax.drafters.suffix import tokenizer_digest
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.policies.base import DraftStep
+from specjax.rng import Stream, stream_keys
+from specjax.tree import DraftTree, TreeSpec, node_depths, parse_tree
+
+FORMAT = "specjax-stand-tables"
+VERSION = 1
+_MIX = (0x9E3779B1, 0x85EBCA77, 0xC2B2AE3D, 0x27D4EB2F, 0x165667B1, 0xD3A2646C, 0xFD7046C5,
+        0xB55A4F09)
+
+
+def table_bytes(order: int, buckets: int, width: int, groups: int = 1) -> int:
+    """Bytes of the tables: per order and bucket, the context, ids, weights and a count."""
+    return groups * order * buckets * (order + 2 * width + 1) * 4
+
+
+def empty_tables(groups: int, order: int, buckets: int, width: int) -> dict:
+    shape = (groups, order, buckets)
+    return {"ctx": jnp.full(shape + (order,), -1, jnp.int32),
+            "ids": jnp.zeros(shape + (width,), jnp.int32),
+            "w": jnp.zeros(shape + (width,), jnp.float32),
+            "count": jnp.zeros(shape, jnp.int32)}
+
+
+def bucket_of(rev: jax.Array, buckets: int) -> jax.Array:
+    """``rev[..., order]`` (newest token first) -> ``int32[..., order]``: the bucket of the
+    context of every order ``o`` (its ``o`` newest tokens)."""
+    r = rev.astype(jnp.uint32)
+    mix = jnp.asarray(_MIX[:rev.shape[-1]], jnp.uint32)
+    h = jnp.cumsum(r * mix, axis=-1, dtype=jnp.uint32)  # order o: the sum of the first o terms
+    h = h ^ (h >> 15)
+    h = h * jnp.uint32(0x2C1B3C6D)
+    h = h ^ (h >> 12)
+    return (h % jnp.uint32(buckets)).astype(jnp.int32)
+
+
+def lookup(tables: dict, group: jax.Array, rev: jax.Array):
+    """The stored distribution after the longest stored context of ``rev[B, M, order]``
+    (newest token first; -1 where the text is shorter). Returns ``(ids[B, M, W], w[B, M, W],
+    found[B, M])`` (``w`` zero where nothing matched)."""
+    G, O, H, _ = tables["ctx"].shape
+    h = bucket_of(rev, H)  # [B, M, O]
+    g = group[:, None, None]
+    o = jnp.arange(O)[None, None, :]
+    ctx = tables["ctx"][g, o, h]  # [B, M, O, O]
+    upto = jnp.arange(O)[None, :] <= jnp.arange(O)[:, None]  # [order o, position j]: j <= o
+    same = jnp.all(jnp.where(upto, ctx == rev[:, :, None, :], True), axis=-1)
+    hit = same & (tables["count"][g, o, h] > 0) & jnp.all(
+        jnp.where(upto, rev[:, :, None, :] >= 0, True), axis=-1)  # [B, M, O]
+    best = O - 1 - jnp.argmax(hit[..., ::-1], axis=-1)  # the longest hit
+    found = jnp.any(hit, axis=-1)
+    hb = jnp.take_along_axis(h, best[..., None], axis=-1)[..., 0]
+    ids = tables["ids"][group[:, None], best, hb]
+    w = jnp.where(found[..., None], tables["w"][group[:, None], best, hb], 0.0)
+    return ids, w, found
+
+
+def _latest_per_key(key: jax.Array, valid: jax.Array) -> jax.Array:
+    """``valid`` and no later valid entry (in flattened order) has the same ``key`` (1-D)."""
+    n = key.shape[0]
+    k = jnp.where(valid, key, jnp.iinfo(jnp.int32).max)
+    order = jnp.lexsort((jnp.arange(n), k))  # by key, then position
+    ks = k[order]
+    last = jnp.concatenate([ks[1:] != ks[:-1], jnp.ones((1,), bool)])
+    keep_sorted = last & valid[order]
+    return jnp.zeros((n,), bool).at[order].set(keep_sorted)
+
+
+def merge(old_ids, old_w, new_ids, new_w, a):
+    """Running mean ``(1 - a) old + a new`` of two sparse distributions (``[..., W]`` ids and
+    weights; ``a[...]``), keeping the ``W`` heaviest ids of the union (ids unique)."""
+    W = old_ids.shape[-1]
+    ids = jnp.concatenate([old_ids, new_ids], axis=-1)
+    w = jnp.concatenate([old_w * (1 - a)[..., None], new_w * a[..., None]], axis=-1)
+    same = ids[..., :, None] == ids[..., None, :]  # [..., 2W, 2W]
+    total = jnp.sum(jnp.where(same, w[..., None, :], 0.0), axis=-1)
+    earlier = jnp.tril(jnp.ones((2 * W, 2 * W), bool), -1)
+    first = ~jnp.any(same & earlier, axis=-1)
+    score = jnp.where(first & (total > 0), total, -1.0)
+    top, idx = jax.lax.top_k(score, W)
+    return jnp.take_along_axis(ids, idx, axis=-1), jnp.maximum(top, 0.0)
+
+
+def record(tables: dict, group: jax.Array, rev: jax.Array, top_ids: jax.Array,
+           top_probs: jax.Array, valid: jax.Array, window: int) -> dict:
+    """Merges the next-token distributions ``top_ids/top_probs[B, T, W]`` observed after the
+    contexts ``rev[B, T, order]`` (newest first) into every order's table where ``valid``."""
+    G, O, H, _ = tables["ctx"].shape
+    B, T, _ = rev.shape
+    h = bucket_of(rev, H)  # [B, T, O]
+    upto = jnp.arange(O)[None, :] <= jnp.arange(O)[:, None]
+    full = jnp.all(jnp.where(upto[None, None], rev[:, :, None, :] >= 0, True), axis=-1)
+    ok = valid[:, :, None] & full  # [B, T, O]: the context of order o exists
+    g = jnp.broadcast_to(group[:, None, None], h.shape)
+    o = jnp.broadcast_to(jnp.arange(O)[None, None], h.shape)
+    flat = ((g * O + o) * H + h).reshape(-1)
+    keep = _latest_per_key(flat, ok.reshape(-1)).reshape(h.shape)
+    ctx_new = jnp.where(upto[None, None], rev[:, :, None, :], -1)  # [B, T, O, O]
+    old_ctx = tables["ctx"][g, o, h]
+    same = jnp.all(old_ctx == ctx_new, axis=-1)
+    count = jnp.where(same, tables["count"][g, o, h], 0)
+    a = 1.0 / jnp.minimum(count + 1, window).astype(jnp.float32)
+    ids, w = merge(tables["ids"][g, o, h], tables["w"][g, o, h],
+                   jnp.broadcast_to(top_ids[:, :, None], h.shape + top_ids.shape[-1:]),
+                   jnp.broadcast_to(top_probs[:, :, None], h.shape + top_ids.shape[-1:]), a)
+    hs = jnp.where(keep, h, H)  # out of range: dropped
+    put = lambda name, v: tables[name].at[g, o, hs].set(v, mode="drop")  # noqa: E731
+    return {"ctx": put("ctx", ctx_new), "ids": put("ids", ids), "w": put("w", w),
+            "count": put("count", jnp.minimum(count + 1, jnp.iinfo(jnp.int32).max - 1))}
+
+
+def reversed_context(seq: jax.Array, end: jax.Array, order: int) -> jax.Array:
+    """``rev[B, T, order]``: for every ``end[B, T]`` index into ``seq[B, L]``, the tokens
+    ``seq[end], seq[end - 1], ...`` (-1 before the start)."""
+    B, T = end.shape
+    at = end[..., None] - jnp.arange(order)  # [B, T, order]
+    vals = jnp.take_along_axis(seq, jnp.clip(at, 0, seq.shape[1] - 1).reshape(B, -1), axis=1)
+    return jnp.where(at >= 0, vals.reshape(at.shape), -1)
+
+
+def _topology(spec: TreeSpec | None, k: int):
+    """(parents, depth of each node, sibling rank) of a fixed tree or a chain of ``k``."""
+    parents = tuple(range(-1, k - 1)) if spec is None else spec.parents
+    depth = node_depths(parents)
+    ranks = [sum(1 for q in parents[:i] if q == p) for i, p in enumerate(parents)]
+    return parents, tuple(depth), tuple(ranks)
+
+
+@dataclasses.dataclass(eq=False)
+class StandMemory:
+    """The tables a ``stand`` drafter carries from one batch to the next (``memory="keep"``
+    or a file): host copies, replaced after every batch; saved to ``path`` when set."""
+
+    order: int
+    buckets: int
+    width: int
+    vocab_size: int
+    tokenizer: str | None = None
+    path: Path | None = None
+    tables: dict | None = None
+    batches: int = 0
+
+    def header(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "order": self.order,
+                "buckets": self.buckets, "width": self.width, "vocab_size": self.vocab_size,
+                "tokenizer": self.tokenizer, "batches": self.batches}
+
+    def save(self, path: Path | None = None) -> Path:
+        path = Path(path or self.path)
+        if self.tables is None:
+            raise DrafterError("stand: nothing to save yet (no batch has been decoded)")
+        with replacing(path) as tmp:
+            with open(tmp, "wb") as f:
+                np.savez(f, header=np.frombuffer(json.dumps(self.header()).encode(), np.uint8),
+                         **{k: np.asarray(v) for k, v in self.tables.items()})
+        return path
+
+    @classmethod
+    def load(cls, path: Path, order: int, buckets: int, width: int, vocab_size: int,
+             tokenizer: str | None) -> "StandMemory":
+        path = Path(path)
+        try:
+            with np.load(path) as z:
+                header = json.loads(bytes(z["header"]).decode())
+                arrays = {k: z[k] for k in ("ctx", "ids", "w", "count")}
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+                UnicodeDecodeError, EOFError) as e:
+            raise DrafterError(f"stand: {path} is not a readable STAND table file "
+                               f"({type(e).__name__}: {e})") from None
+        if header.get("format") != FORMAT or header.get("version") != VERSION:
+            raise DrafterError(f"stand: {path} is not a {FORMAT} file of version {VERSION} "
+                               f"(found {header.get('format')!r} version "
+                               f"{header.get('version')!r})")
+        want = {"order": order, "buckets": buckets, "width": width, "vocab_size": vocab_size}
+        bad = {k: (header.get(k), v) for k, v in want.items() if header.get(k) != v}
+        if bad:
+            raise DrafterError(f"stand: {path} was written for another configuration: " + ", ".join(
+                f"{k} {a!r} in the file, {b!r} here" for k, (a, b) in bad.items()))
+        if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
+            raise DrafterError(f"stand: {path} was written with another tokenizer "
+                               f"({header['tokenizer']} vs {tokenizer}): its n-grams mean "
+                               "nothing for this target")
+        shapes = {"ctx": (1, order, buckets, order), "ids": (1, order, buckets, width),
+                  "w": (1, order, buckets, width), "count": (1, order, buckets)}
+        for k, s in shapes.items():
+            if arrays[k].shape != s:
+                raise DrafterError(f"stand: {path}: array {k!r} has shape {arrays[k].shape}, "
+                                   f"expected {s} (truncated or corrupt)")
+        ids = arrays["ids"]
+        if ids.size and (ids.min() < 0 or ids.max() >= vocab_size) or not np.all(
+                np.isfinite(arrays["w"])):
+            raise DrafterError(f"stand: {path}: token ids outside the vocabulary or "
+                               "non-finite weights (corrupt)")
+        return cls(order, buckets, width, vocab_size, tokenizer, path,
+                   {k: jnp.asarray(v) for k, v in arrays.items()}, int(header.get("batches", 0)))
+
+
+@dataclasses.dataclass(frozen=True)
+class StandConfig:
+    """Options of ``stand``."""
+
+    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft depth"})
+    order: int = dataclasses.field(default=3, metadata={
+        "help": "longest context (tokens) of the n-gram tables; the look-up backs off to "
+                "shorter ones"})
+    width: int = dataclasses.field(default=8, metadata={
+        "help": "next-token candidates stored per context (the target's top ids)"})
+    buckets: int = dataclasses.field(default=65536, metadata={
+        "help": "hash buckets per order"})
+    window: int = dataclasses.field(default=8, metadata={
+        "help": "the stored distribution is the mean of a context's last ~window occurrences"})
+    share: str = dataclasses.field(default="batch", metadata={
+        "help": "batch: one table for all rows (N samples of one question learn from each "
+                "other) | row: one per row"})
+    memory: str | None = dataclasses.field(default=None, metadata={
+        "help": "none: fresh tables per generate call | keep: carried over to the next batch "
+                "in this process | a file path: kept and saved there after every batch"})
+    max_table_mb: float = dataclasses.field(default=1024.0, metadata={
+        "help": "refuse tables larger than this (MB)"})
+    tree: TreeSpec | None = tree_field(4)
+
+    def __post_init__(self):
+        check_k(self.k)
+        for name, lo in (("order", 1), ("width", 1), ("buckets", 1), ("window", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+                raise DrafterError(f"stand: {name} must be an integer >= {lo}, got {v!r}")
+        if self.order > len(_MIX):
+            raise DrafterError(f"stand: order must be at most {len(_MIX)}, got {self.order}")
+        if self.buckets > 2 ** 30:
+            raise DrafterError(f"stand: buckets must be at most 2**30, got {self.buckets}")
+        if self.share not in ("batch", "row"):
+            raise DrafterError(f"stand: share must be 'batch' or 'row', got {self.share!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class StandDrafter:
+    max_k: int
+    order: int
+    width: int
+    buckets: int
+    window: int
+    share: str
+    vocab_size: int
+    tree: TreeSpec | None = None
+    # carried tables are an argument of the compiled loop (params), not part of it
+    memory: StandMemory | None = dataclasses.field(default=None, compare=False, hash=False,
+                                                   repr=False)
+    name: str = "stand"
+    deterministic: bool = False
+
+    @property
+    def features(self) -> FeatureSpec:
+        return FeatureSpec(top_ids=self.width, top_probs=True)
+
+    def params(self):
+        if self.memory is None or self.memory.tables is None:
+            return None
+        return self.memory.tables
+
+    def _groups(self, B: int) -> int:
+        return 1 if self.share == "batch" else B
+
+    def _group(self, B: int) -> jax.Array:
+        return jnp.zeros((B,), jnp.int32) if self.share == "batch" else jnp.arange(B)
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        B, P = prompt_tokens.shape
+        tables = params if params is not None else empty_tables(
+            self._groups(B), self.order, self.buckets, self.width)
+        valid = jnp.arange(P)[None] < prompt_lens[:, None]
+        rev = reversed_context(prompt_tokens, jnp.broadcast_to(jnp.arange(P)[None], (B, P)),
+                               self.order)
+        return record(tables, self._group(B), rev, features.top_ids, features.top_probs, valid,
+                      self.window)
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        parents, depth, ranks = _topology(self.tree, self.max_k)
+        N, O, V = len(parents), self.order, self.vocab_size
+        B = ctx.seq.shape[0]
+        group = self._group(B)
+        root_rev = reversed_context(ctx.seq, (ctx.seq_len - 1)[:, None], O)[:, 0]  # [B, O]
+        temp = jnp.float32(1.0) if greedy else ctx.temperature
+        want_q = keep_q(greedy, ctx) or stop is not None
+        k_rows = jnp.where(ctx.live, k, 0).astype(jnp.int32)
+        toks = [None] * N
+        ok = [None] * N  # drawn from a found distribution with positive weight
+        qs = [None] * N
+        score = [None] * N
+        carry = stop_carry0(B)
+        D = max(depth)
+        for d in range(1, D + 1):
+            level = [i for i in range(N) if depth[i] == d]
+            fronts = sorted({parents[i] for i in level})  # -1: the root
+            revs = []
+            for f in fronts:  # the context of each expanded node: its path, then the text
+                path = []
+                u = f
+                while u >= 0 and len(path) < O:
+                    path.append(toks[u])
+                    u = parents[u]
+                tail = [root_rev[:, j] for j in range(O - len(path))]
+                revs.append(jnp.stack(path + tail, axis=1))
+            rev = jnp.stack(revs, axis=1)  # [B, F, O]
+            ids, w, found = lookup(state, group, rev)
+            logq = jnp.where(w > 0, jnp.log(jnp.maximum(w, 1e-30)) / temp[..., None], -jnp.inf)
+            logq = logq - jax.nn.logsumexp(logq, axis=-1, keepdims=True)
+            logq = jnp.where(found[..., None], logq, -jnp.inf)
+            C = max(ranks[i] for i in level) + 1
+            if greedy:
+                noisy = logq
+            else:
+                keys = stream_keys(ctx.keys, Stream.GUMBEL, d)
+                noisy = logq + jax.vmap(lambda kk: jax.random.gumbel(kk, logq.shape[1:]))(keys)
+            pick_lp, pick = jax.lax.top_k(noisy, C)  # [B, F, C]: draws without replacement
+            for i in level:
+                fi = fronts.index(parents[i])
+                j = pick[:, fi, ranks[i]]
+                toks[i] = jnp.take_along_axis(ids[:, fi], j[:, None], axis=1)[:, 0]
+                lq = jnp.take_along_axis(logq[:, fi], j[:, None], axis=1)[:, 0]
+                par_ok = jnp.ones((B,), bool) if parents[i] < 0 else ok[parents[i]]
+                ok[i] = par_ok & jnp.isfinite(lq)
+                score[i] = (0.0 if parents[i] < 0 else score[parents[i]]) + jnp.where(
+                    ok[i], lq, -jnp.inf)
+                if want_q:
+                    rows = jnp.arange(B)
+                    qs[i] = jnp.zeros((B, V), jnp.float32).at[rows[:, None], ids[:, fi]].add(
+                        jnp.exp(logq[:, fi]))
+            if stop is not None:  # the policy sees the depth's best node
+                lv = jnp.stack([score[i] for i in level], axis=1)
+                best = jnp.argmax(lv, axis=1)
+                b_tok = jnp.take_along_axis(jnp.stack([toks[i] for i in level], 1),
+                                            best[:, None], axis=1)[:, 0]
+                b_q = jnp.take_along_axis(jnp.stack([qs[i] for i in level], 1),
+                                          best[:, None, None], axis=1)[:, 0]
+                cut, carry, last = call_stop(stop, DraftStep(index=jnp.int32(d - 1), token=b_tok,
+                                                             probs=b_q, carry=carry))
+                k_rows = jnp.where(last & (d < k_rows), d, k_rows)
+                k_rows = jnp.where(cut & (d <= k_rows), d - 1, k_rows)
+            # nothing to draw from at this depth: the row drafts no deeper
+            any_ok = jnp.any(jnp.stack([ok[i] for i in level], axis=1), axis=1)
+            k_rows = jnp.where(~any_ok & (d <= k_rows), d - 1, k_rows)
+        tokens = jnp.stack(toks, axis=1).astype(jnp.int32)
+        dep = jnp.broadcast_to(jnp.asarray(depth, jnp.int32)[None], (B, N))
+        valid = (dep <= k_rows[:, None]) & jnp.stack(ok, axis=1)
+        parent = jnp.broadcast_to(jnp.asarray(parents, jnp.int32)[None], (B, N))
+        q = jnp.stack(qs, axis=1) if keep_q(greedy, ctx) else None
+        return DraftTree(tokens=tokens, parent=parent, depth=dep, valid=valid, q=q), state, \
+            ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        B, D = path.shape
+        root_at = ctx.seq_len - 2 - n_acc  # the step's root (its pending token)
+        at = root_at[:, None] + jnp.arange(D + 1)[None]
+        rev = reversed_context(ctx.seq, at, self.order)
+        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & (root_at >= 0)[:, None]
+        return record(state, self._group(B), rev, features.top_ids, features.top_probs, valid,
+                      self.window)
+
+    def carry_over(self, draft_state) -> None:
+        """After a batch: keep the tables for the next one (``memory``), saved if a file."""
+        if self.memory is None:
+            return
+        self.memory.tables = jax.device_get(draft_state)
+        self.memory.batches += 1
+        if self.memory.path is not None:
+            self.memory.save()
+
+
+def _target_ids(target_lm) -> tuple[int, str | None]:
+    model = getattr(target_lm, "model", target_lm)
+    return model.cfg.vocab_size, tokenizer_digest(getattr(target_lm, "tokenizer", None))
+
+
+@DRAFTERS.register("stand", config=StandConfig,
+                   doc="the target's own next-token distributions per n-gram, drafted "
+                       "stochastically (chains or Gumbel-top-k trees; model-free, lossless)")
+def make_stand(cfg: StandConfig, target_lm) -> StandDrafter:
+    tree = cfg.tree
+    if tree is not None and tree.kind == "chain":
+        tree = None
+    if tree is not None and tree.kind != "fixed":
+        raise DrafterError(f"stand drafts chains or static trees (fixed:<choices> or "
+                           f"levels:<widths>); got {tree.kind!r}")
+    if tree is not None and tree.sibling != "wor":
+        raise DrafterError("stand draws siblings without replacement (Gumbel-top-k): the "
+                           "tree's sibling rule must be 'wor', not 'iid'")
+    if tree is not None:
+        _, _, ranks = _topology(tree, cfg.k)
+        if max(ranks) >= cfg.width:
+            raise DrafterError(f"stand: the tree gives a node {max(ranks) + 1} children, more "
+                               f"than the {cfg.width} candidates stored per context (width)")
+    vocab, tok = _target_ids(target_lm)
+    mb = table_bytes(cfg.order, cfg.buckets, cfg.width) / 2 ** 20
+    if mb > cfg.max_table_mb:
+        raise DrafterError(f"stand: order={cfg.order}, buckets={cfg.buckets}, width={cfg.width} "
+                           f"make tables of {mb:.0f} MB per group (per batch, or per row with "
+                           f"share=row), over max_table_mb={cfg.max_table_mb:g}: lower buckets "
+                           "or width")
+    memory = cfg.memory
+    if isinstance(memory, str) and memory.strip().lower() in ("", "none"):
+        memory = None
+    if memory is not None:
+        if cfg.share != "batch":
+            raise DrafterError("stand: memory carries one table from batch to batch; it needs "
+                               "share=batch (a per-row table's rows change between batches)")
+        if isinstance(memory, StandMemory):
+            pass
+        elif isinstance(memory, str) and memory.strip().lower() == "keep":
+            memory = StandMemory(cfg.order, cfg.buckets, cfg.width, vocab, tok)
+        else:
+            path = Path(memory)
+            memory = (StandMemory.load(path, cfg.order, cfg.buckets, cfg.width, vocab, tok)
+                      if path.exists() else
+                      StandMemory(cfg.order, cfg.buckets, cfg.width, vocab, tok, path=path))
+    return StandDrafter(max_k=cfg.k if tree is None else tree.depth, order=cfg.order,
+                        width=cfg.width, buckets=cfg.buckets, window=cfg.window,
+                        share=cfg.share, vocab_size=vocab, tree=tree, memory=memory)
