@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--context", type=int, default=1024, help="tokens of context per row")
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="> 0: propose as when sampling (a sampled drafter such as stand "
+                         "draws its tokens and keeps its draft distributions)")
     a = ap.parse_args()
 
     import jax
@@ -79,23 +82,32 @@ def main() -> None:
                                for o in rng.integers(0, 64, B)])
             prompt = jnp.asarray(seq_np[:, :P])
             lens = jnp.full((B,), P, jnp.int32)
-            feats = (Features(top_ids=jnp.asarray(rng.integers(0, V, (B, P, width)), jnp.int32))
-                     if width else Features())
+            probs = bool(d.features.top_probs)
+
+            def feats_of(T):
+                if not width:
+                    return Features()
+                return Features(
+                    top_ids=jnp.asarray(rng.integers(0, V, (B, T, width)), jnp.int32),
+                    top_probs=(jnp.asarray(rng.dirichlet(np.ones(width), (B, T)), jnp.float32)
+                               if probs else None))
+
+            feats = feats_of(P)
             state = jax.jit(lambda p, t, n, f: d.init(p, lm.model, t, n, P + 64, f))(
                 params, prompt, lens, feats)
             ctx = StepContext(seq=jnp.asarray(seq_np), seq_len=lens + 1, target_cache=None,
                               keys=jnp.zeros((B, 2), jnp.uint32), live=jnp.ones((B,), bool),
-                              temperature=jnp.float32(0), top_k=jnp.int32(0),
-                              top_p=jnp.float32(1))
+                              temperature=jnp.float32(a.temperature or 1.0),
+                              top_k=jnp.int32(0), top_p=jnp.float32(1))
             k = jnp.full((B,), d.max_k, jnp.int32)
-            prop = jax.jit(lambda p, s, c, kk: d.propose(p, lm.model, s, c, kk, True)[:2])
+            greedy = a.temperature <= 0
+            prop = jax.jit(lambda p, s, c, kk: d.propose(p, lm.model, s, c, kk, greedy)[:2])
             tree, _ = prop(params, state, ctx, k)
             propose_ms = timed(prop, params, state, ctx, k)
             D = spec.depth
             path = jnp.full((B, D), -1, jnp.int32)
             n_acc = jnp.zeros((B,), jnp.int32)
-            cf = (Features(top_ids=jnp.asarray(rng.integers(0, V, (B, D + 1, width)),
-                                               jnp.int32)) if width else Features())
+            cf = feats_of(D + 1)
             upd = jax.jit(lambda p, s, c, n, t, pa, f: d.update(p, s, c, n, t, pa, f))
             update_ms = timed(upd, params, state, ctx, n_acc, tree, path, cf)
             T = int(tree.tokens.shape[1]) + 1
@@ -105,8 +117,8 @@ def main() -> None:
                 spec_f = d.features  # what the verify forward computes for the drafter
                 features_ms = timed(jax.jit(lambda x: from_output(
                     spec_f, types.SimpleNamespace(logits=x, hidden=(), final_hidden=None)
-                ).top_ids), logits)
-            row = {"drafter": name, "batch": B, "nodes": T - 1, "propose_ms": propose_ms,
+                )), logits)
+            row = {"drafter": name, "batch": B, "temperature": a.temperature, "nodes": T - 1, "propose_ms": propose_ms,
                    "update_ms": update_ms, "features_ms": features_ms,
                    "step_ms": propose_ms + update_ms + features_ms,
                    "params_bytes": nbytes(params), "state_bytes": nbytes(state)}

@@ -365,6 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run every method at each batch size over all prompts "
                    "(tokens/s vs batch size in the JSON and a third plot panel)")
     b.add_argument("--temperature", type=float, default=0.0)
+    b.add_argument("--samples", type=int, default=1, metavar="N",
+                   help="decode every prompt N times (N samples of one question, with "
+                   "--temperature > 0): each prompt's N samples form one group, decoded "
+                   "--batch-size rows at a time (1: one after another; N: all together)")
     b.add_argument("--repeats", type=int, default=3)
     b.add_argument("--peer", choices=["hf"], default=None,
                    help="also run Hugging Face transformers on the same weights")

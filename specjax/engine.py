@@ -234,6 +234,8 @@ def generate(
     loop = make_loop(model, drafter=drafter, policy=policy, verifier=verifier, greedy=greedy,
                      eos_ids=eos_ids)
     _, params = nnx.split(model)
+    if getattr(drafter, "begin_call", None) is not None:
+        drafter.begin_call()  # what a drafter carries within one call starts afresh
     dparams = drafter.params() if drafter is not None else None
     arrays = SamplingArrays(temperature=jnp.float32(sampling.temperature if not greedy else 1.0),
                             top_k=jnp.int32(sampling.top_k), top_p=jnp.float32(sampling.top_p))

@@ -7,6 +7,7 @@ sampling compares like with like.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -50,8 +51,19 @@ def process_logits(logits: jax.Array, temperature, top_k, top_p) -> jax.Array:
 
     ``temperature`` must be > 0 here; ``top_k`` (0 = off) and ``top_p`` may be traced scalars,
     so changing them does not recompile. Works on any leading shape ``[..., V]``.
+
+    Without top-k and top-p (``top_k == 0``, ``top_p >= 1``: plain temperature sampling) the
+    vocabulary is not sorted (a runtime branch): the sort of every row costs more than the
+    rest of a verify step's sampling on a CPU (a batch-8 block of 5 tokens sorts 40 rows of
+    49,152 logits).
     """
     logits = logits.astype(jnp.float32) / temperature
+    filtering = (top_k > 0) | (top_p < 1.0)
+    return jax.lax.cond(filtering, functools.partial(_filtered, top_k=top_k, top_p=top_p),
+                        lambda x: jax.nn.log_softmax(x, axis=-1), logits)
+
+
+def _filtered(logits, top_k, top_p):
     V = logits.shape[-1]
     sorted_desc = -jnp.sort(-logits, axis=-1)
     # top-k: threshold at the k-th largest value (ties at the threshold are kept)

@@ -176,18 +176,22 @@ def test_sampled_rows_share_the_table():
 
 
 def test_memory_carries_tables_across_batches_and_files(target, prompts, plain, tmp_path):
-    fresh = drafters.make("stand", target, buckets=1024)
+    fresh = drafters.make("stand", target, buckets=1024, memory="none")
     cold = generate(target, prompts[:2], max_new_tokens=14, drafter=fresh)
+    # the default (memory=call): carried between the batches of one call, fresh per call
+    per_call = drafters.make("stand", target, buckets=1024)
+    one = generate(target, prompts[:2], max_new_tokens=14, drafter=per_call)
+    assert one.extra["accepted"] == cold.extra["accepted"]
+    two = generate(target, prompts[:2] * 2, max_new_tokens=14, batch_size=2, drafter=per_call)
+    assert two.tokens == plain[:2] * 2
+    assert two.extra["accepted"][:2] == cold.extra["accepted"]  # fresh at the call's start
+    assert sum(two.extra["accepted"][2:]) > sum(cold.extra["accepted"])  # the second batch
     kept = drafters.make("stand", target, buckets=1024, memory="keep")
     first = generate(target, prompts[:2], max_new_tokens=14, drafter=kept)
     assert first.extra["accepted"] == cold.extra["accepted"]  # nothing carried yet
     again = generate(target, prompts[:2], max_new_tokens=14, drafter=kept)
     assert again.tokens == plain[:2]
     assert sum(again.extra["accepted"]) > sum(first.extra["accepted"])
-    # batches within one call carry over too
-    split = generate(target, prompts, max_new_tokens=14, batch_size=2,
-                     drafter=drafters.make("stand", target, buckets=1024, memory="keep"))
-    assert split.tokens == plain
     # a file: saved after every batch, loaded on the next build: the same drafts as "keep"
     path = tmp_path / "stand.npz"
     d = drafters.make("stand", target, buckets=1024, memory=str(path))

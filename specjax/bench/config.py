@@ -47,6 +47,7 @@ class BenchConfig:
     max_new_tokens: int = 128
     batch_size: int = 1
     batch_sizes: tuple[int, ...] | None = None
+    samples: int = 1
     temperature: float = 0.0
     repeats: int = 3
     peer: str | None = None
@@ -79,7 +80,7 @@ class BenchConfig:
         if stray:
             raise ConfigError(f"method_args names methods {stray} that are not in methods "
                               f"{list(self.methods)}")
-        for name in ("max_new_tokens", "batch_size", "repeats"):
+        for name in ("max_new_tokens", "batch_size", "repeats", "samples"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ConfigError(f"{name} must be an integer >= 1, got {v!r}")
@@ -131,6 +132,8 @@ class BenchConfig:
                           ("--policies", self.policies), ("--mesh", self.mesh)):
             if val is not None:
                 out += [flag, _fmt(val)]
+        if self.samples != 1:
+            out += ["--samples", str(self.samples)]
         if self.verify_curve:  # every curve setting, whatever the flags' defaults
             out += ["--verify-curve", "--curve-ks", _fmt(self.curve_ks), "--curve-batches",
                     _fmt(self.curve_batches), "--curve-prefix", str(self.curve_prefix)]
@@ -169,7 +172,7 @@ class BenchConfig:
             categories=tuple(args.categories.split(",")) if args.categories else None,
             limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)) or None,
-            temperature=args.temperature, repeats=args.repeats, peer=args.peer,
+            samples=getattr(args, "samples", 1), temperature=args.temperature, repeats=args.repeats, peer=args.peer,
             output=args.output, plot=args.plot, journal=args.journal,
             time_limit=args.time_limit, verify_curve=args.verify_curve, in_loop=args.in_loop,
             batch_table=args.batch_table,

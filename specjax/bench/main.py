@@ -120,8 +120,15 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     cats = list(config.categories) if config.categories else None
     items = load_prompts(config.prompts, cats, config.limit)
     lm = _load(config)
-    n_batches = sum(-(-len([i for i in items if i["category"] == c]) // config.batch_size)
-                    for c in {i["category"] for i in items})
+    if config.samples > 1 and batch_sizes:
+        raise BenchError("--samples decodes each prompt's samples as one group; it does not "
+                         "combine with --batch-sizes")
+    if config.samples > 1 and config.temperature == 0:
+        raise BenchError("--samples N asks for N samples of each prompt: give a "
+                         "--temperature > 0 (greedy decoding gives N copies of one answer)")
+    n_batches = (len(items) if config.samples > 1 else
+                 sum(-(-len([i for i in items if i["category"] == c]) // config.batch_size)
+                     for c in {i["category"] for i in items}))
     n_ours = len(set(methods) | {"ar"})
     n_methods = n_ours + (2 if config.peer == "hf" else 0)
     n_sweep = sum(len(b) for b in sweep_batches(len(items), batch_sizes, config.batch_size
@@ -138,6 +145,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             # only when set, so journals written before the flag existed still resume
             **({"quantize": quantize} if quantize != "none" else {}),
             **({"mesh": config.mesh} if config.mesh else {}),
+            **({"samples": config.samples} if config.samples > 1 else {}),
             # journals written before --numerics existed ran fast numerics
             **({"numerics": config.numerics} if config.numerics != "fast" else {})})
     if config.time_limit is not None and config.time_limit < 0:
@@ -151,7 +159,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                             repeats=config.repeats, peer=config.peer, progress=bar.update,
                             batch_sizes=batch_sizes, journal=journal,
                             time_limit_s=None if config.time_limit is None
-                            else 60.0 * config.time_limit, mesh=mesh)
+                            else 60.0 * config.time_limit, mesh=mesh,
+                            samples=config.samples)
     prog = summary["progress"]
     if not prog["complete"]:
         print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
@@ -161,7 +170,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     summary.update(environment(argv))
     summary.update({"model": config.model, "max_new_tokens": config.max_new_tokens,
                     "batch_size": config.batch_size, "batch_sizes": batch_sizes,
-                    "temperature": config.temperature,
+                    "temperature": config.temperature, "samples": config.samples,
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics})

@@ -42,7 +42,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
               batch_size: int, temperature: float, repeats: int, peer: str | None = None,
               seed: int = 0, progress: Callable | None = None,
               batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
-              time_limit_s: float | None = None, mesh=None) -> dict[str, Any]:
+              time_limit_s: float | None = None, mesh=None,
+              samples: int = 1) -> dict[str, Any]:
     """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
 
     Per-category rows use batches of ``batch_size`` prompts of one category. With
@@ -50,6 +51,10 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     at a time) also runs at each batch size B over all prompts, every batch filled to B rows by
     cycling through the prompts; ``summary["by_batch_size"]`` then holds tokens/s, speedup and
     identical-output flags per method and B.
+
+    ``samples > 1``: every prompt is decoded ``samples`` times (sampling), its samples one
+    group decoded ``batch_size`` rows at a time, in one ``generate`` call (a drafter that
+    learns within a call, such as ``stand``, drafts later samples from earlier ones).
     """
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
@@ -76,6 +81,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         by_cat[it["category"]].append(i)
     batches = []
     for cat, idx in by_cat.items():
+        if samples > 1:  # one group per prompt: its samples
+            batches.extend((cat, [i] * samples) for i in idx)
+            continue
         for s in range(0, len(idx), batch_size):
             batches.append((cat, idx[s:s + batch_size]))
     sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
@@ -96,10 +104,11 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             return Run(m, cat, rep, ids, sum(len(t) for t in toks), wall, 0, None, None, toks,
                        B)
         d, pol, ver = built_for(m, B)
+        rows = min(B, len(prompts)) if samples > 1 else len(prompts)  # rows per batch
 
         def gen():
             return generate(lm.model, prompts, max_new_tokens=max_new_tokens, mesh=mesh,
-                            sampling=sampling, eos_ids=eos, batch_size=len(prompts),
+                            sampling=sampling, eos_ids=eos, batch_size=rows,
                             drafter=d, policy=pol, verifier=ver)
 
         # a drafter that learns from outputs (suffix) must draft the timed run from what it
@@ -113,16 +122,16 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             if snap is not None:
                 d.restore(snap)
             r2 = gen()
-            r2.compile_s = r.compile_s + max(0.0, r.wall_s[0] - r2.wall_s[0])
+            r2.compile_s = r.compile_s + max(0.0, sum(r.wall_s[::rows]) - sum(r2.wall_s[::rows]))
             r = r2
         compile_to[m] += r.compile_s
         ex = r.extra or {}
         k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
         return Run(
-            m, cat, rep, ids, sum(r.new_tokens), r.wall_s[0], sum(r.target_forwards),
+            m, cat, rep, ids, sum(r.new_tokens), sum(r.wall_s[::rows]), sum(r.target_forwards),
             [sum(x[j] for x in ex["drafted_at"]) for j in range(k)] if k else None,
             [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
-            r.tokens, B, r.prefill_s[0])
+            r.tokens, B, sum(r.prefill_s[::rows]))
 
     groups = plan_groups(batches, sweep, repeats, items, batch_size)
     done: set[str] = set()

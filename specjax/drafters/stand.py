@@ -30,9 +30,12 @@ question decoded as N rows (best-of-N, self-consistency) draft from each other's
 is what the method is for. ``share="row"`` keeps one per row (memory times the batch). The
 drafts of a row then depend on the other rows, which does not touch losslessness: a draft
 may come from anywhere as long as the verifier knows the distribution it was drawn from.
-``memory="keep"`` carries the tables over from one batch (one ``generate`` call) to the next
-in this process (earlier samples of the same question teach later ones); a file path also
-saves them there after every batch and loads them on the next build.
+``memory`` carries the tables from one batch to the next, so N samples of one question decoded
+one after another (``batch_size`` < N) teach each other too: ``call`` (the default with
+``share=batch``) within one ``generate`` call, fresh tables at the start of each call;
+``keep`` across calls in this process; a file path across processes (saved after every batch,
+loaded on the next build); ``none``: fresh tables for every batch (the default with
+``share=row``, whose rows change between batches).
 
 Memory: ``order * buckets * (order + 2 * width + 1) * 4`` bytes per table (``order=3,
 buckets=65536, width=8``: 14.2 MB); a configuration past ``max_table_mb`` (default 1024) is
@@ -185,8 +188,9 @@ def _topology(spec: TreeSpec | None, k: int):
 
 @dataclasses.dataclass(eq=False)
 class StandMemory:
-    """The tables a ``stand`` drafter carries from one batch to the next (``memory="keep"``
-    or a file): host copies, replaced after every batch; saved to ``path`` when set."""
+    """The tables a ``stand`` drafter carries from one batch to the next: host copies,
+    replaced after every batch; forgotten at the start of each ``generate`` call when
+    ``per_call``; saved to ``path`` when set."""
 
     order: int
     buckets: int
@@ -196,6 +200,7 @@ class StandMemory:
     path: Path | None = None
     tables: dict | None = None
     batches: int = 0
+    per_call: bool = False
 
     def header(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "order": self.order,
@@ -256,7 +261,7 @@ class StandMemory:
 class StandConfig:
     """Options of ``stand``."""
 
-    k: int = dataclasses.field(default=4, metadata={"help": "maximum draft depth"})
+    k: int = dataclasses.field(default=3, metadata={"help": "maximum draft depth"})
     order: int = dataclasses.field(default=3, metadata={
         "help": "longest context (tokens) of the n-gram tables; the look-up backs off to "
                 "shorter ones"})
@@ -270,11 +275,13 @@ class StandConfig:
         "help": "batch: one table for all rows (N samples of one question learn from each "
                 "other) | row: one per row"})
     memory: str | None = dataclasses.field(default=None, metadata={
-        "help": "none: fresh tables per generate call | keep: carried over to the next batch "
-                "in this process | a file path: kept and saved there after every batch"})
+        "help": "tables carried to the next batch: call (default with share=batch): within "
+                "one generate call | keep: across calls in this process | FILE.npz: also "
+                "saved there after every batch, loaded next time | none (default with "
+                "share=row): fresh for every batch"})
     max_table_mb: float = dataclasses.field(default=1024.0, metadata={
         "help": "refuse tables larger than this (MB)"})
-    tree: TreeSpec | None = tree_field(4)
+    tree: TreeSpec | None = tree_field(3)
 
     def __post_init__(self):
         check_k(self.k)
@@ -414,6 +421,11 @@ class StandDrafter:
         return record(state, self._group(B), rev, features.top_ids, features.top_probs, valid,
                       self.window)
 
+    def begin_call(self) -> None:
+        """At the start of a ``generate`` call: ``memory=call`` starts from fresh tables."""
+        if self.memory is not None and self.memory.per_call:
+            self.memory.tables = None
+
     def carry_over(self, draft_state) -> None:
         """After a batch: keep the tables for the next one (``memory``), saved if a file."""
         if self.memory is None:
@@ -455,16 +467,20 @@ def make_stand(cfg: StandConfig, target_lm) -> StandDrafter:
                            f"share=row), over max_table_mb={cfg.max_table_mb:g}: lower buckets "
                            "or width")
     memory = cfg.memory
+    if memory is None:
+        memory = "call" if cfg.share == "batch" else "none"
     if isinstance(memory, str) and memory.strip().lower() in ("", "none"):
         memory = None
     if memory is not None:
         if cfg.share != "batch":
             raise DrafterError("stand: memory carries one table from batch to batch; it needs "
                                "share=batch (a per-row table's rows change between batches)")
+        mode = memory.strip().lower() if isinstance(memory, str) else None
         if isinstance(memory, StandMemory):
             pass
-        elif isinstance(memory, str) and memory.strip().lower() == "keep":
-            memory = StandMemory(cfg.order, cfg.buckets, cfg.width, vocab, tok)
+        elif mode in ("keep", "call"):
+            memory = StandMemory(cfg.order, cfg.buckets, cfg.width, vocab, tok,
+                                 per_call=mode == "call")
         else:
             path = Path(memory)
             memory = (StandMemory.load(path, cfg.order, cfg.buckets, cfg.width, vocab, tok)
