@@ -95,7 +95,8 @@ def main() -> None:
             feats = feats_of(P)
             state = jax.jit(lambda p, t, n, f: d.init(p, lm.model, t, n, P + 64, f))(
                 params, prompt, lens, feats)
-            ctx = StepContext(seq=jnp.asarray(seq_np), seq_len=lens + 1, target_cache=None,
+            ctx = StepContext(seq=jnp.asarray(seq_np), seq_len=lens + 1,
+                              target_cache=lm.model.init_cache(B, 8).with_lengths(lens),
                               keys=jnp.zeros((B, 2), jnp.uint32), live=jnp.ones((B,), bool),
                               temperature=jnp.float32(a.temperature or 1.0),
                               top_k=jnp.int32(0), top_p=jnp.float32(1))

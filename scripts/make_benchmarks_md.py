@@ -76,7 +76,9 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         "",
         f"- date: {d['date']}; machine: {d['machine']}; device: {d['device']}; jax {d['jax']}",
         f"- command: `{d['command']}`",
-        f"- {d['n_prompts']} prompts, batch {d['batch_size']}, temperature {d['temperature']}, "
+        f"- {d['n_prompts']} prompts" + (f" x {d['samples']} samples each (one group per "
+                                         "prompt)" if d.get("samples", 1) > 1 else "") +
+        f", batch {d['batch_size']}, temperature {d['temperature']}, "
         f"{d['max_new_tokens']} new tokens max, {d['repeats']} repeats (tokens/s = median over "
         "repeats of total tokens / total wall time; speedup against `ar` of the same run" +
         ("; decode speedup: the same for the decode phase alone, i.e. the tokens after each "
@@ -467,7 +469,10 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_eagle", "Draft-length policies on the shipped "
+    for name, title in (("bench_stand_math", "STAND: 8 samples per question at temperature "
+                                             "0.7, 20 math questions, samples one after "
+                                             "another (batch 1)"),
+                        ("bench_policies_eagle", "Draft-length policies on the shipped "
                                                  "EAGLE-3 head, built-in prompts, batch 1"),
                         ("bench_policies_eagle_b4", "Draft-length policies on the shipped "
                                                     "EAGLE-3 head, built-in prompts, batch 4"),

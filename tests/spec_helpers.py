@@ -52,14 +52,15 @@ def noisy_copy(model, scale, seed=7):
     return model_from_tensors(model.cfg, t, source="noisy copy")
 
 
-def three_token_law(target, prompt):
-    """Exact p(x1) p(x2|x1) p(x3|x1,x2) over the 512 cells of an 8-token vocabulary."""
+def three_token_law(target, prompt, temperature=1.0):
+    """Exact p(x1) p(x2|x1) p(x3|x1,x2) over the 512 cells of an 8-token vocabulary (at
+    ``temperature``)."""
     grid = np.array(list(itertools.product(range(8), repeat=3)))
     P = len(prompt)
     seqs = jnp.asarray(np.concatenate([np.tile(prompt, (512, 1)), grid], axis=1))
     T = P + 3
     o = target(seqs, jnp.broadcast_to(jnp.arange(T)[None], (512, T)), target.init_cache(512, T))
-    pr = np.asarray(jax.nn.softmax(o.logits, axis=-1), np.float64)
+    pr = np.asarray(jax.nn.softmax(o.logits / temperature, axis=-1), np.float64)
     r = np.arange(512)
     want = pr[:, P - 1, :][r, grid[:, 0]] * pr[r, P, grid[:, 1]] * pr[r, P + 1, grid[:, 2]]
     assert abs(want.sum() - 1) < 1e-5

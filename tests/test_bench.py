@@ -475,6 +475,24 @@ def test_bench_config_quantize_field():
         BenchConfig(quantize="int4")
 
 
+def test_bench_samples_refusals():
+    """--samples needs sampling and runs without --batch-sizes or --mesh; refused before any
+    model is loaded."""
+    from specjax.bench import BenchConfig
+    from specjax.bench.main import run
+    from specjax.experiment import ConfigError
+
+    with pytest.raises(BenchError, match="give a --temperature > 0"):
+        run(BenchConfig(samples=4, model="no-such-model"))
+    with pytest.raises(BenchError, match="does not combine with --batch-sizes"):
+        run(BenchConfig(samples=4, temperature=0.7, batch_sizes=(1, 4), model="no-such-model"))
+    with pytest.raises(BenchError, match="does not combine with --mesh"):
+        run(BenchConfig(samples=4, temperature=0.7, mesh="data=1", model="no-such-model"))
+    with pytest.raises(ConfigError, match="samples must be an integer >= 1"):
+        BenchConfig(samples=0)
+    assert "--samples" not in BenchConfig().to_argv()  # recorded runs expand as before
+
+
 def test_bench_config_round_trips_through_the_flags():
     """The CLI builds the config from its flags (BenchConfig.from_args); the flags of a config
     (to_argv) give back the same config, the verify-curve fields included."""
@@ -492,7 +510,8 @@ def test_bench_config_round_trips_through_the_flags():
                             temperature=0.5, repeats=1, peer="hf", output="o.json",
                             plot="p.png", journal="j.jsonl", time_limit=1.5),
                 BenchConfig(verify_curve=True, in_loop=True, curve_ks=(1, 2, 17),
-                            curve_batches=(2,), curve_prefix=8)):
+                            curve_batches=(2,), curve_prefix=8),
+                BenchConfig(samples=8, temperature=0.7)):
         args = parser.parse_args(["bench", *cfg.to_argv()])
         assert BenchConfig.from_args(args) == cfg
     # the curve flags are read with --verify-curve only, as before

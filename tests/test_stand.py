@@ -144,19 +144,20 @@ def test_per_row_tables_do_not_depend_on_the_batch(target, prompts):
     assert a.extra["drafted"] == b.extra["drafted"]
 
 
-@pytest.mark.parametrize("args", [{"tree": "fixed:0,1,0.0"}, {"share": "row"},
-                                  pytest.param({}, marks=LONG)])
-def test_sampling_matches_the_target_distribution(args):
-    """5000 rows of one prompt at temperature 1: the first three tokens follow the target's
-    exact law (chi-square, 99.9%, seed 8). ``width=2`` keeps the draft's ``q`` (the stored
-    top-2, renormalised) away from ``p``, so a wrong ratio would show (a q scaled by 0.7
-    fails this test by a chi-square 5x the bound)."""
+@pytest.mark.parametrize("args,temperature", [({"tree": "fixed:0,1,0.0"}, 1.0),
+                                              ({"share": "row"}, 0.7),
+                                              pytest.param({}, 1.0, marks=LONG)])
+def test_sampling_matches_the_target_distribution(args, temperature):
+    """5000 rows of one prompt: the first three tokens follow the target's exact law at the
+    temperature (chi-square, 99.9%, seed 8). ``width=2`` keeps the draft's ``q`` (the stored
+    top-2, renormalised, sharpened by ``1/T``) away from ``p``, so a wrong ratio would show (a
+    q scaled by 0.7 fails this test by a chi-square 5x the bound)."""
     target, _ = sharp_tiny_pair()
-    want = three_token_law(target, [1, 2, 3])
+    want = three_token_law(target, [1, 2, 3], temperature)
     n = 5000
     d = drafters.make("stand", target, k=2, width=2, buckets=256, **args)
     res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
-                   sampling=SamplingParams(temperature=1.0, seed=8))
+                   sampling=SamplingParams(temperature=temperature, seed=8))
     assert sum(res.extra["drafted"]) > n
     assert sum(res.extra["accepted"]) > 0.2 * sum(res.extra["drafted"])
     chi_square_check([t[:3] for t in res.tokens], want)
@@ -232,6 +233,13 @@ def test_bad_files(target, prompts, tmp_path):
         np.savez(f, **z)
     with pytest.raises(DrafterError, match="truncated or corrupt"):
         drafters.make("stand", target, buckets=1024, width=4, memory=str(tmp_path / "cut.npz"))
+    z = dict(np.load(path))
+    used = np.argwhere(z["count"] > 0)[0]
+    z["ids"][tuple(used)] = z["ids"][tuple(used)][0]  # one token four times
+    with open(tmp_path / "dup.npz", "wb") as f:
+        np.savez(f, **z)
+    with pytest.raises(DrafterError, match="holds a token twice"):
+        drafters.make("stand", target, buckets=1024, width=4, memory=str(tmp_path / "dup.npz"))
 
 
 def test_bad_options(target):

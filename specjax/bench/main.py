@@ -110,6 +110,16 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     batch_sizes = parse_batch_sizes(_csv(config.batch_sizes))
     if config.batch_table:
         _table_methods(config, methods)
+    if config.samples > 1 and batch_sizes:
+        raise BenchError("--samples decodes each prompt's samples as one group; it does not "
+                         "combine with --batch-sizes")
+    if config.samples > 1 and config.mesh:
+        raise BenchError("--samples does not combine with --mesh yet (a mesh pads each "
+                         "batch to its data axis, so a group's batches are not --batch-size "
+                         "rows)")
+    if config.samples > 1 and config.temperature == 0:
+        raise BenchError("--samples N asks for N samples of each prompt: give a "
+                         "--temperature > 0 (greedy decoding gives N copies of one answer)")
     mesh = None
     if config.mesh:
         from specjax.mesh import make_mesh
@@ -120,12 +130,6 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     cats = list(config.categories) if config.categories else None
     items = load_prompts(config.prompts, cats, config.limit)
     lm = _load(config)
-    if config.samples > 1 and batch_sizes:
-        raise BenchError("--samples decodes each prompt's samples as one group; it does not "
-                         "combine with --batch-sizes")
-    if config.samples > 1 and config.temperature == 0:
-        raise BenchError("--samples N asks for N samples of each prompt: give a "
-                         "--temperature > 0 (greedy decoding gives N copies of one answer)")
     n_batches = (len(items) if config.samples > 1 else
                  sum(-(-len([i for i in items if i["category"] == c]) // config.batch_size)
                      for c in {i["category"] for i in items}))

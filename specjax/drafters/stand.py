@@ -248,13 +248,23 @@ class StandMemory:
             if arrays[k].shape != s:
                 raise DrafterError(f"stand: {path}: array {k!r} has shape {arrays[k].shape}, "
                                    f"expected {s} (truncated or corrupt)")
-        ids = arrays["ids"]
+        ids, w = arrays["ids"], arrays["w"]
         if ids.size and (ids.min() < 0 or ids.max() >= vocab_size) or not np.all(
-                np.isfinite(arrays["w"])):
-            raise DrafterError(f"stand: {path}: token ids outside the vocabulary or "
+                np.isfinite(w)) or (w < 0).any():
+            raise DrafterError(f"stand: {path}: token ids outside the vocabulary, negative or "
                                "non-finite weights (corrupt)")
+        used = arrays["count"] > 0
+        # an entry in use holds distinct ids with positive weight (drafts without replacement
+        # over entries are draws without replacement over tokens only then)
+        tagged = np.where(w > 0, ids, -1 - np.arange(width))
+        srt = np.sort(tagged, axis=-1)
+        dup = (srt[..., 1:] == srt[..., :-1]).any(axis=-1)
+        empty = ~(w > 0).any(axis=-1)
+        if (used & (dup | empty)).any():
+            raise DrafterError(f"stand: {path}: an entry holds a token twice or no positive "
+                               "weight (corrupt)")
         return cls(order, buckets, width, vocab_size, tokenizer, path,
-                   {k: jnp.asarray(v) for k, v in arrays.items()}, int(header.get("batches", 0)))
+                   {k: np.asarray(v) for k, v in arrays.items()}, int(header.get("batches", 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,6 +340,9 @@ class StandDrafter:
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         B, P = prompt_tokens.shape
+        if self._groups(B) * self.order * self.buckets >= 2 ** 31:
+            raise DrafterError(f"stand: {self._groups(B)} tables x {self.order} orders x "
+                               f"{self.buckets} buckets overflow int32 indices: lower buckets")
         tables = params if params is not None else empty_tables(
             self._groups(B), self.order, self.buckets, self.width)
         valid = jnp.arange(P)[None] < prompt_lens[:, None]
@@ -377,19 +390,24 @@ class StandDrafter:
                 keys = stream_keys(ctx.keys, Stream.GUMBEL, d)
                 noisy = logq + jax.vmap(lambda kk: jax.random.gumbel(kk, logq.shape[1:]))(keys)
             pick_lp, pick = jax.lax.top_k(noisy, C)  # [B, F, C]: draws without replacement
+            q_small = jnp.exp(logq)  # [B, F, W]: what each expanded node's children come from
+            q_front = None
+            if want_q:  # over the vocabulary (the stored ids are distinct)
+                q_front = jnp.zeros((B, len(fronts), V), jnp.float32).at[
+                    jnp.arange(B)[:, None, None], jnp.arange(len(fronts))[None, :, None],
+                    ids].add(q_small)
             for i in level:
                 fi = fronts.index(parents[i])
                 j = pick[:, fi, ranks[i]]
                 toks[i] = jnp.take_along_axis(ids[:, fi], j[:, None], axis=1)[:, 0]
                 lq = jnp.take_along_axis(logq[:, fi], j[:, None], axis=1)[:, 0]
+                q_x = jnp.take_along_axis(q_small[:, fi], j[:, None], axis=1)[:, 0]
                 par_ok = jnp.ones((B,), bool) if parents[i] < 0 else ok[parents[i]]
-                ok[i] = par_ok & jnp.isfinite(lq)
+                ok[i] = par_ok & (q_x > 0)  # never a token the verifier sees with q = 0
                 score[i] = (0.0 if parents[i] < 0 else score[parents[i]]) + jnp.where(
                     ok[i], lq, -jnp.inf)
                 if want_q:
-                    rows = jnp.arange(B)
-                    qs[i] = jnp.zeros((B, V), jnp.float32).at[rows[:, None], ids[:, fi]].add(
-                        jnp.exp(logq[:, fi]))
+                    qs[i] = q_front[:, fi]
             if stop is not None:  # the policy sees the depth's best node
                 lv = jnp.stack([score[i] for i in level], axis=1)
                 best = jnp.argmax(lv, axis=1)
@@ -414,12 +432,25 @@ class StandDrafter:
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         B, D = path.shape
-        root_at = ctx.seq_len - 2 - n_acc  # the step's root (its pending token)
+        # the step's root (its pending token) sat at the committed cache length, which grew
+        # by n_acc + 1; seq grew by as much unless an accepted EOS cut the block short
+        root_at = ctx.target_cache.lengths - 1 - n_acc
         at = root_at[:, None] + jnp.arange(D + 1)[None]
         rev = reversed_context(ctx.seq, at, self.order)
-        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & (root_at >= 0)[:, None]
+        # rows done before this step committed nothing; tokens past an EOS were not written
+        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & (at < ctx.seq_len[:, None]) & (
+            (root_at >= 0) & ctx.live)[:, None]
         return record(state, self._group(B), rev, features.top_ids, features.top_probs, valid,
                       self.window)
+
+    def snapshot(self):
+        """What the tables carried over hold now (the benchmark times a run from it again)."""
+        m = self.memory
+        return None if m is None else (m.tables, m.batches)
+
+    def restore(self, snap) -> None:
+        if self.memory is not None and snap is not None:
+            self.memory.tables, self.memory.batches = snap
 
     def begin_call(self) -> None:
         """At the start of a ``generate`` call: ``memory=call`` starts from fresh tables."""

@@ -124,12 +124,14 @@ class TokenRecyclingDrafter:
     def update(self, params, state, ctx, n_acc, tree, path, features):
         # committed this step: the root (the step's pending token), then the accepted nodes
         B, D = path.shape
-        # ctx is after the step: the root sits n_acc + 1 tokens before the new pending one
-        root_at = ctx.seq_len - 2 - n_acc
+        # ctx is after the step: the root sat at the committed cache length, which grew by
+        # n_acc + 1 (seq grew by as much unless an accepted EOS cut the block short)
+        root_at = ctx.target_cache.lengths - 1 - n_acc
         root = jnp.take_along_axis(ctx.seq, jnp.maximum(root_at, 0)[:, None], axis=1)
         nodes = jnp.take_along_axis(tree.tokens, jnp.maximum(path, 0), axis=1)
         toks = jnp.concatenate([root, nodes], axis=1)  # [B, D + 1]
-        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None]
+        valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None] & (
+            root_at[:, None] + jnp.arange(D + 1)[None] < ctx.seq_len[:, None])
         return record(state, toks, features.top_ids, valid)
 
 
