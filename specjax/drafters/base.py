@@ -40,6 +40,8 @@ and a build function registered with ``@DRAFTERS.register(name, config=...)``, i
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from typing import Any, Callable, Protocol
 
 import jax
@@ -151,6 +153,25 @@ def check_k(k) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise DrafterError(f"k (the maximum draft length) must be an integer >= 1, got {k!r}")
     return k
+
+
+def tokenizer_digest(tokenizer) -> str | None:
+    """A short hash of a tokenizer's vocabulary and rules (None without a tokenizer): what a
+    drafter's saved tables (suffix cache, STAND tables) record to refuse another tokenizer."""
+    if tokenizer is None:
+        return None
+    backend = getattr(tokenizer, "backend", tokenizer)
+    try:
+        text = backend.to_str()
+    except Exception:  # a tokenizer without a serialisation: its vocabulary
+        text = json.dumps(sorted(backend.get_vocab().items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def target_ids(target_lm) -> tuple[int, str | None]:
+    """(vocabulary size, tokenizer digest) of a loaded target (``LoadedModel`` or ``Llama``)."""
+    model = getattr(target_lm, "model", target_lm)
+    return model.cfg.vocab_size, tokenizer_digest(getattr(target_lm, "tokenizer", None))
 
 
 def available() -> list[str]:

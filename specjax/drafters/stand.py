@@ -55,8 +55,7 @@ import numpy as np
 
 from specjax.atomic import replacing
 from specjax.drafters._chain import call_stop, keep_q, stop_carry0
-from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field
-from specjax.drafters.suffix import tokenizer_digest
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids, tree_field
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.policies.base import DraftStep
@@ -467,11 +466,6 @@ class StandDrafter:
             self.memory.save()
 
 
-def _target_ids(target_lm) -> tuple[int, str | None]:
-    model = getattr(target_lm, "model", target_lm)
-    return model.cfg.vocab_size, tokenizer_digest(getattr(target_lm, "tokenizer", None))
-
-
 @DRAFTERS.register("stand", config=StandConfig,
                    doc="the target's own next-token distributions per n-gram, drafted "
                        "stochastically (chains or Gumbel-top-k trees; model-free, lossless)")
@@ -490,7 +484,7 @@ def make_stand(cfg: StandConfig, target_lm) -> StandDrafter:
         if max(ranks) >= cfg.width:
             raise DrafterError(f"stand: the tree gives a node {max(ranks) + 1} children, more "
                                f"than the {cfg.width} candidates stored per context (width)")
-    vocab, tok = _target_ids(target_lm)
+    vocab, tok = target_ids(target_lm)
     mb = table_bytes(cfg.order, cfg.buckets, cfg.width) / 2 ** 20
     if mb > cfg.max_table_mb:
         raise DrafterError(f"stand: order={cfg.order}, buckets={cfg.buckets}, width={cfg.width} "

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -45,7 +44,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import atomic
-from specjax.drafters.base import DRAFTERS, StepContext, check_k
+from specjax.drafters.base import (DRAFTERS, StepContext, check_k, target_ids,
+                                   tokenizer_digest)
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree
@@ -55,18 +55,6 @@ VERSION = 1
 MAX_CAPACITY = 1 << 22  # 4M tokens: 16 MB as int32; the per-step match is O(capacity)
 _SEP = -1  # separator / padding in the cache array
 _NONE = -2  # an unavailable suffix position (before the row's start): matches nothing
-
-
-def tokenizer_digest(tokenizer) -> str | None:
-    """A short hash of a tokenizer's vocabulary and rules (None without a tokenizer)."""
-    if tokenizer is None:
-        return None
-    backend = getattr(tokenizer, "backend", tokenizer)
-    try:
-        text = backend.to_str()
-    except Exception:  # a tokenizer without a serialisation: its vocabulary
-        text = json.dumps(sorted(backend.get_vocab().items()))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class SuffixCache:
@@ -409,11 +397,6 @@ class SuffixDrafter:
             self.cache.save()
 
 
-def _target_ids(target_lm) -> tuple[int, str | None]:
-    model = getattr(target_lm, "model", target_lm)
-    return model.cfg.vocab_size, tokenizer_digest(getattr(target_lm, "tokenizer", None))
-
-
 @DRAFTERS.register("suffix", config=SuffixConfig,
                    doc="longest suffix match over the request and a global cache of earlier "
                        "outputs, frequency-voted continuation (model-free)")
@@ -429,7 +412,7 @@ def make_suffix(cfg: SuffixConfig, target_lm) -> SuffixDrafter:
         where = str(path)
         cache = (SuffixCache.load(path, autosave=True) if path.exists()
                  else SuffixCache(cfg.capacity, path=path, autosave=True))
-    vocab, tok = _target_ids(target_lm)
+    vocab, tok = target_ids(target_lm)
     cache.bind(vocab, tok, where)
     return SuffixDrafter(max_k=cfg.k, max_depth=cfg.max_depth, factor=float(cfg.factor),
                          min_prob=float(cfg.min_prob), min_match=cfg.min_match,
