@@ -36,6 +36,7 @@ def run_bench(tmp_path, model, prompts, extra=()):
     return json.loads(out.read_text()), png
 
 
+@pytest.mark.long  # 58 s (suite time); the bench's pieces keep their own default-run tests
 def test_bench_end_to_end(tmp_path, tiny_gguf, prompts_file, capsys):
     res, png = run_bench(tmp_path, tiny_gguf, prompts_file)
     assert png.exists() and png.stat().st_size > 1000
@@ -219,6 +220,7 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
         assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), flag, value]) == 2
 
 
+@pytest.mark.long  # 23 s (suite time); the plain verify curve stays in the default run
 def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     """--in-loop times whole loop steps with k - 1 junk drafts each; the file has the curve
     layout the adaptive policy reads."""

@@ -250,8 +250,11 @@ PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")}
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
                 if not p.startswith("_") and (d, p) not in (("prompt_lookup", "dsde"),
                                                             ("prompt_lookup", "specdec++"))})
+# suite time: the model-free drafters whose default policy is not `adaptive` run it under long
+_ADAPTIVE_LONG = ("ngram", "stand", "suffix")
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
-    () if p in ("fixed", "adaptive") or d == _DEFAULT_POLICY_DRAFTER else pytest.mark.long))
+    () if p == "fixed" or d == _DEFAULT_POLICY_DRAFTER or (p == "adaptive" and d not in
+                                                           _ADAPTIVE_LONG) else pytest.mark.long))
     for d, p in PAIRS]
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model
                "gammatune+": {"threshold": "0.022"},

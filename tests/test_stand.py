@@ -163,6 +163,7 @@ def test_sampling_matches_the_target_distribution(args, temperature):
     chi_square_check([t[:3] for t in res.tokens], want)
 
 
+@LONG  # 15 s (suite time)
 def test_sampled_rows_share_the_table():
     """N samples of one question: with one table for the batch every row drafts from the
     others' text and gets more tokens accepted than with a table per row (same seed)."""
