@@ -261,3 +261,28 @@ def test_bad_options(target):
     assert table_bytes(3, 65536, 8) == 3 * 65536 * 20 * 4
     m = methods.build("stand", target, {"k": "2", "order": "2"})
     assert m.drafter.max_k == 2 and m.drafter.order == 2
+
+
+def test_update_after_an_eos_cut_block_records_the_committed_contexts(target):
+    """A step that accepted 3 drafts whose second is EOS writes only 2 tokens: the root is
+    found from the committed cache length (which grew by n_acc + 1), and nothing past the
+    EOS is recorded."""
+    from specjax.drafters.base import StepContext
+    from specjax.features import Features
+
+    d = drafters.make("stand", target, buckets=64, order=2, width=1, memory="none")
+    r, x1, eos = 11, 12, 13
+    seq = jnp.array([[3, 4, r, x1, eos, 0, 0, 0]])  # root r at 2; x1, EOS written; x3 not
+    ctx = StepContext(seq=seq, seq_len=jnp.array([5]),
+                      target_cache=target.init_cache(1, 8).with_lengths(jnp.array([6])),
+                      keys=jnp.zeros((1, 2), jnp.uint32), live=jnp.array([True]),
+                      temperature=jnp.float32(1), top_k=jnp.int32(0), top_p=jnp.float32(1))
+    feats = Features(top_ids=jnp.array([[[21], [22], [23], [24]]]),
+                     top_probs=jnp.ones((1, 4, 1)))
+    state = empty_tables(1, 2, 64, 1)
+    state = d.update(None, state, ctx, jnp.array([3]), None, jnp.zeros((1, 3), jnp.int32),
+                     feats)
+    g = jnp.zeros((1,), jnp.int32)
+    ids, w, found = lookup(state, g, jnp.array([[[r, 4], [x1, r], [eos, x1], [0, eos]]]))
+    assert found[0].tolist() == [True, True, True, False]
+    assert ids[0, :3, 0].tolist() == [21, 22, 23]  # after r, after "r x1", after "x1 EOS"
