@@ -175,6 +175,15 @@ def node_depths(parents: Sequence[int]) -> np.ndarray:
     return d
 
 
+def static_topology(spec: "TreeSpec | None", k: int) -> tuple[tuple[int, ...], tuple[int, ...],
+                                                              tuple[int, ...]]:
+    """(parent, sibling rank, depth) of each node of a fixed tree, breadth-first; a chain of
+    ``k`` tokens (one node per level) when ``spec`` is None or a chain."""
+    parents = tuple(range(-1, k - 1)) if spec is None or spec.kind == "chain" else spec.parents
+    ranks = tuple(sum(1 for q in parents[:i] if q == p) for i, p in enumerate(parents))
+    return tuple(parents), ranks, tuple(int(d) for d in node_depths(parents))
+
+
 def max_children(parents: Sequence[int]) -> int:
     counts: dict[int, int] = {}
     for p in parents:

@@ -60,7 +60,7 @@ from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.policies.base import DraftStep
 from specjax.rng import Stream, stream_keys
-from specjax.tree import DraftTree, TreeSpec, node_depths, parse_tree
+from specjax.tree import DraftTree, TreeSpec, static_topology
 
 FORMAT = "specjax-stand-tables"
 VERSION = 1
@@ -175,14 +175,6 @@ def reversed_context(seq: jax.Array, end: jax.Array, order: int) -> jax.Array:
     at = end[..., None] - jnp.arange(order)  # [B, T, order]
     vals = jnp.take_along_axis(seq, jnp.clip(at, 0, seq.shape[1] - 1).reshape(B, -1), axis=1)
     return jnp.where(at >= 0, vals.reshape(at.shape), -1)
-
-
-def _topology(spec: TreeSpec | None, k: int):
-    """(parents, depth of each node, sibling rank) of a fixed tree or a chain of ``k``."""
-    parents = tuple(range(-1, k - 1)) if spec is None else spec.parents
-    depth = node_depths(parents)
-    ranks = [sum(1 for q in parents[:i] if q == p) for i, p in enumerate(parents)]
-    return parents, tuple(depth), tuple(ranks)
 
 
 @dataclasses.dataclass(eq=False)
@@ -351,7 +343,7 @@ class StandDrafter:
                       self.window)
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
-        parents, depth, ranks = _topology(self.tree, self.max_k)
+        parents, ranks, depth = static_topology(self.tree, self.max_k)
         N, O, V = len(parents), self.order, self.vocab_size
         B = ctx.seq.shape[0]
         group = self._group(B)
@@ -388,7 +380,7 @@ class StandDrafter:
             else:
                 keys = stream_keys(ctx.keys, Stream.GUMBEL, d)
                 noisy = logq + jax.vmap(lambda kk: jax.random.gumbel(kk, logq.shape[1:]))(keys)
-            pick_lp, pick = jax.lax.top_k(noisy, C)  # [B, F, C]: draws without replacement
+            pick = jax.lax.top_k(noisy, C)[1]  # [B, F, C]: draws without replacement
             q_small = jnp.exp(logq)  # [B, F, W]: what each expanded node's children come from
             q_front = None
             if want_q:  # over the vocabulary (the stored ids are distinct)
@@ -480,7 +472,7 @@ def make_stand(cfg: StandConfig, target_lm) -> StandDrafter:
         raise DrafterError("stand draws siblings without replacement (Gumbel-top-k): the "
                            "tree's sibling rule must be 'wor', not 'iid'")
     if tree is not None:
-        _, _, ranks = _topology(tree, cfg.k)
+        _, ranks, _ = static_topology(tree, cfg.k)
         if max(ranks) >= cfg.width:
             raise DrafterError(f"stand: the tree gives a node {max(ranks) + 1} children, more "
                                f"than the {cfg.width} candidates stored per context (width)")

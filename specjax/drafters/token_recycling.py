@@ -33,17 +33,9 @@ import jax.numpy as jnp
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.tree import DraftTree, TreeSpec, parse_tree
+from specjax.tree import DraftTree, TreeSpec, parse_tree, static_topology
 
-def _topology(spec: TreeSpec | None, k: int) -> tuple[tuple[int, ...], tuple[int, ...],
-                                                      tuple[int, ...]]:
-    """(parent, sibling rank, depth) of each node, breadth-first (a chain: one per level)."""
-    parents = tuple(range(-1, k - 1)) if spec is None or spec.kind == "chain" else spec.parents
-    ranks, depth = [], []
-    for i, p in enumerate(parents):
-        ranks.append(sum(1 for q in parents[:i] if q == p))
-        depth.append(1 if p < 0 else depth[p] + 1)
-    return tuple(parents), tuple(ranks), tuple(depth)
+_topology = static_topology  # (parent, sibling rank, depth) per node
 
 
 def _latest_only(tokens, valid):
