@@ -422,7 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
                         description="specjax train TASK --config FILE.py [--out-dir DIR] "
-                        "[--data DIR] [--max-steps-this-run N] [--init-from HEAD_DIR] [--no-plot] [--quiet]: trains "
+                        "[--data DIR] [--max-steps-this-run N] [--time-limit MIN] "
+                        "[--set FIELD=VALUE] [--init-from HEAD_DIR] [--no-plot] [--quiet]: trains "
                         "the registered task TASK (specjax.train.TASKS) as the config file "
                         "(get_config() -> TrainConfig) says, resuming from the newest "
                         "checkpoint in its out_dir; the flags override the config's fields. "
@@ -483,6 +484,12 @@ def _train_flags(prog: str) -> argparse.ArgumentParser:
                     help="corpus directory (overrides the config's data)")
     tp.add_argument("--max-steps-this-run", type=int, default=None, metavar="N",
                     help="stop (with a checkpoint) after N steps in this process")
+    tp.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                    help="stop (with a checkpoint, and the head so far in OUT_DIR/head) after "
+                    "this many minutes of training in this process")
+    tp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="override one TrainConfig field (repeatable; VALUE read as JSON when "
+                    "it parses, e.g. total_steps=1200 or lr=3e-4, else as a string)")
     tp.add_argument("--init-from", metavar="HEAD_DIR",
                     help="start from this trained head's parameters (overrides the config's "
                     "init_from; read only when the run has no checkpoint yet)")
@@ -526,8 +533,19 @@ def cmd_train(args) -> int:
     cfg = load_train_config(opts.config)
     if cfg.task != args.task:
         raise CLIError(f"{opts.config}: a config for task {cfg.task!r}, not {args.task!r}")
+    sets = {}
+    for item in opts.set:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise CLIError(f"--set wants FIELD=VALUE, got {item!r}")
+        try:
+            sets[key.strip()] = json.loads(raw)
+        except ValueError:
+            sets[key.strip()] = raw
+    cfg = replace_from_flags(cfg, **sets)
     cfg = replace_from_flags(cfg, out_dir=opts.out_dir, data=opts.data,
                              max_steps_this_run=opts.max_steps_this_run,
+                             time_limit_min=opts.time_limit,
                              init_from=opts.init_from,
                              plot=False if opts.no_plot else None)
     summary = fit(cfg, progress=not opts.quiet)

@@ -426,6 +426,34 @@ def test_cli_train_runs_a_config_on_a_checkpoint_with_a_tokenizer(tmp_path, caps
     assert out["finished"] and out["resumed_from"] == 1 and out["curves"] is None
     assert (tmp_path / "run" / "head" / "head.npz").exists()
     assert not (tmp_path / "unused").exists()
+    # --set overrides any field (JSON values); a malformed one is an error naming it
+    argv2 = ["train", TOY, "--config", str(f), "--out-dir", str(tmp_path / "run2"), "--quiet",
+             "--data", str(data), "--no-plot", "--set", "total_steps=3", "--set", "lr=0.01"]
+    assert main(argv2) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["finished"] and out["step"] == 3
+    meta = json.loads((tmp_path / "run2" / "head" / "meta.json").read_text())
+    assert meta["train_config"]["lr"] == 0.01 and meta["finished"] is True
+    assert main(argv2[:-2] + ["--set", "nope=1"]) == 2
+    assert "no field 'nope'" in capsys.readouterr().err
+    assert main(argv2[:-2] + ["--set", "lr"]) == 2
+    assert "FIELD=VALUE" in capsys.readouterr().err
+
+
+def test_time_limit_stops_with_a_checkpoint_and_the_head_so_far(corpus_dir, lm, tmp_path):
+    cfg = small_config(corpus_dir, tmp_path / "t", time_limit_min=1e-9)
+    s = fit(cfg, lm=lm, progress=False)
+    assert (s["step"], s["finished"], s["stopped"]) == (1, False, "time_limit")
+    meta = json.loads((tmp_path / "t" / "head" / "meta.json").read_text())
+    assert meta["finished"] is False and meta["step"] == 1 and s["head"]
+    # the limit is not part of the recipe: the same run goes on without it, to the end
+    s2 = fit(dataclasses.replace(cfg, time_limit_min=None), lm=lm, progress=False)
+    assert s2["finished"] and s2["resumed_from"] == 1 and s2["step"] == cfg.total_steps
+    meta = json.loads((tmp_path / "t" / "head" / "meta.json").read_text())
+    assert meta["finished"] is True and meta["step"] == cfg.total_steps
+    for bad in (0, -1.0, float("inf"), "5"):
+        with pytest.raises(ConfigError, match="time_limit_min"):
+            small_config(corpus_dir, tmp_path / "x", time_limit_min=bad)
 
 
 def test_init_from_starts_a_run_from_a_trained_head(corpus_dir, lm, tmp_path):

@@ -33,7 +33,7 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 # Fields a resumed run may change: they do not alter the trajectory of the parameters (the
 # corpus may move: the trainer checks its contents, by fingerprint, instead of its path).
-RESUMABLE_CHANGES = ("max_steps_this_run", "plot", "out_dir", "data")
+RESUMABLE_CHANGES = ("max_steps_this_run", "time_limit_min", "plot", "out_dir", "data")
 
 
 def _is_int(v) -> bool:
@@ -76,6 +76,11 @@ class TrainConfig:
       max_steps_this_run: stop after this many steps in this process (a checkpoint is saved):
         a long recipe runs in chunks, each started by the same command. ``None``: run to
         ``total_steps``.
+      time_limit_min: stop (with a checkpoint) once this process has trained this many
+        minutes (checked after every step). ``None``: no limit. (Every run that trains
+        writes the head it reached to ``out_dir/head``; before ``total_steps`` its
+        ``meta.json`` says ``"finished": false`` and the step, so a chunk's head can be tried
+        before the recipe ends.)
       plot: write ``out_dir/curves.png`` (needs matplotlib).
       init_from: a head directory (as a finished run writes to ``out_dir/head``, or a shipped
         head) whose parameters (and draft vocabulary) start this run instead of a fresh
@@ -109,6 +114,7 @@ class TrainConfig:
     log_every: int = 10
     keep_checkpoints: int = 3
     max_steps_this_run: int | None = None
+    time_limit_min: float | None = None
     plot: bool = True
     init_from: str | None = None
 
@@ -149,6 +155,10 @@ class TrainConfig:
         if m is not None and (not _is_int(m) or m < 1):
             raise ConfigError("TrainConfig.max_steps_this_run must be None or an integer >= 1, "
                               f"got {m!r}")
+        t = self.time_limit_min
+        if t is not None and (not _is_num(t) or not t > 0 or t == float("inf")):
+            raise ConfigError(f"TrainConfig.time_limit_min must be None or a number of minutes "
+                              f"> 0, got {t!r}")
         v = self.val_fraction
         if not _is_num(v) or not 0.0 < v <= 0.5:
             raise ConfigError(f"TrainConfig.val_fraction must be in (0, 0.5], got {v!r}")

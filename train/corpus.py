@@ -51,6 +51,10 @@ POOL = "pool.jsonl"
 ALWAYS_EXCLUDED = ("builtin",)
 # config fields a rerun may change without starting over
 _RESUME_FREE = ("out_dir", "time_limit_min")
+# greedy answers do not depend on how many prompts are decoded together (up to the last bits
+# of a reduction order), so a greedy corpus may continue at another batch size (a GPU takes
+# far more prompts at once than the CPU that started the corpus)
+_RESUME_FREE_GREEDY = ("batch_size",)
 # candidates drawn from the pool per prompt wanted (overlaps and long prompts are dropped)
 _OVERSAMPLE = 1.5
 
@@ -193,8 +197,11 @@ def _read_pool(path: Path, expect_sha: str) -> list[PoolItem]:
 
 
 def _check_resumable(path: Path, manifest: dict, config: CorpusConfig) -> None:
-    old = {k: v for k, v in manifest.get("config", {}).items() if k not in _RESUME_FREE}
-    new = {k: v for k, v in config.to_dict().items() if k not in _RESUME_FREE}
+    free = _RESUME_FREE
+    if config.temperature == 0 and manifest.get("config", {}).get("temperature") == 0:
+        free += _RESUME_FREE_GREEDY
+    old = {k: v for k, v in manifest.get("config", {}).items() if k not in free}
+    new = {k: v for k, v in config.to_dict().items() if k not in free}
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
     if diff:
         what = "; ".join(f"{k}: built with {old.get(k)!r}, now {new.get(k)!r}" for k in diff)

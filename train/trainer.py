@@ -140,7 +140,8 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
 
     Returns:
       A summary: ``step`` (reached), ``steps_this_run``, ``finished`` (``total_steps``
-      reached), ``stopped`` (``None``, ``"max_steps_this_run"`` or the signal's name),
+      reached), ``stopped`` (``None``, ``"max_steps_this_run"``, ``"time_limit"`` or the
+      signal's name),
       ``resumed_from``, ``train_loss``/``train_metrics`` and ``val_loss``/``val_metrics``
       (latest logged), ``tokens_per_s``, ``truncated_records``, and the paths ``out_dir``,
       ``checkpoint``, ``metrics``, ``curves``, ``head``.
@@ -281,14 +282,19 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
                 if stop.requested:
                     stopped = signal.Signals(stop.signum).name
                     break
+                if (config.time_limit_min is not None and step < stop_at
+                        and time.perf_counter() - t_run >= 60 * config.time_limit_min):
+                    stopped = "time_limit"
+                    break
                 if step % config.save_every == 0 and step < stop_at:
                     save()
             ckpt_path = save() if step > start_step else ckpt.step_dir(step)
 
         finished = step >= config.total_steps
         head = out / "head"
-        if finished and (step > start_step or not head.exists()):
-            meta = {"task": config.task, "task_args": dict(config.task_args),
+        partial = not finished and step > start_step  # a chunk's head: try it before the end
+        if partial or (finished and (step > start_step or not head.exists())):
+            meta = {"task": config.task, "finished": finished, "task_args": dict(config.task_args),
                     "target_model": config.model, "target_source": lm.source,
                     "target_config": json.loads(json.dumps(lm.config.to_dict(), default=str)),
                     "tokenizer_sha256": tok_sha, "step": step, "val_loss": summary["val_loss"],
@@ -299,7 +305,8 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
         if not finished:
             reason = stopped or "max_steps_this_run"
             say(f"stopped at step {step} of {config.total_steps} ({reason}); checkpoint saved in "
-                f"{ckpt_path}. Rerun the same command to resume.", always=stopped is not None)
+                f"{ckpt_path}" + (f", the head so far in {head}" if partial else "")
+                + ". Rerun the same command to resume.", always=stopped is not None)
         else:
             say(f"done: step {step} of {config.total_steps}; head saved in {head}")
         summary.update(
@@ -308,7 +315,7 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
             stopped=stopped if (stopped or finished) else "max_steps_this_run",
             truncated_records=data.truncated, out_dir=str(out), checkpoint=str(ckpt_path),
             metrics=str(log.path), curves=str(curves) if plotted[0] else None,
-            head=str(head) if finished else None,
+            head=str(head) if (finished or partial) else None,
             split={"train": int(train_idx.size), "val": int(val_idx.size)})
         return summary
     finally:
