@@ -469,17 +469,26 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_stand_math", "STAND: 8 samples per question at temperature "
+    for name, title in (("bench_heads_gpu_specbench", "EAGLE-3 heads for SmolLM2: the CPU-trained "
+                                                      "one (ship) and the two GPU runs (g1, g2), "
+                                                      "Spec-Bench, 1 question per category"),
+                        ("bench_heads_gpu_indist", "The same heads on prompts of the training "
+                                                   "pool: 5 trained on (seen), 5 never answered "
+                                                   "(unseen)"),
+                        ("bench_stand_math", "STAND: 8 samples per question at temperature "
                                              "0.7, 20 math questions, samples one after "
                                              "another (batch 1)"),
-                        ("bench_policies_eagle", "Draft-length policies on the shipped "
-                                                 "EAGLE-3 head, built-in prompts, batch 1"),
-                        ("bench_policies_eagle_b4", "Draft-length policies on the shipped "
-                                                    "EAGLE-3 head, built-in prompts, batch 4"),
+                        ("bench_policies_eagle", "Draft-length policies on the CPU-trained "
+                                                 "EAGLE-3 head (shipped until 2026-11-26), "
+                                                 "built-in prompts, batch 1"),
+                        ("bench_policies_eagle_b4", "Draft-length policies on the CPU-trained "
+                                                    "EAGLE-3 head (shipped until 2026-11-26), "
+                                                    "built-in prompts, batch 4"),
                         ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
                                                       "its stop rule's fix, batch 1"),
                         ("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
-                                                   "questions per category, 128 tokens)"),
+                                                   "questions per category, 128 tokens; the "
+                                                   "first CPU-trained head)"),
                         ("bench_builtin", "Speculative methods on the built-in prompts"),
                         ("bench_trees", "Token trees vs chains vs plain decoding (built-in "
                                         "prompts)"),
