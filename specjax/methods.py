@@ -144,12 +144,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
         mode = p_args.get("cost")
         if mode is None or str(mode).strip().lower() in cost_curves.MODES:
             p_args["cost"] = cost_curves.measured_cost(lm, drafter.max_k, batch, mode=mode)
-    if pol_name == "specdec++" and not p_args.get("acc_head"):  # the shipped one, if any
-        from specjax.policies.specdecpp import shipped_head_for
-
-        found = shipped_head_for(drafter)
-        if found:
-            p_args["acc_head"] = found
+    # a policy may fill options from the drafter it runs with (specdec++: the acceptance
+    # head shipped for this very drafter, when none is given)
+    fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)
+    if fill is not None:
+        p_args = dict(fill(dict(p_args), drafter))
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
     if hasattr(policy, "check_target"):  # e.g. a profiled table: for this model and device?
         policy.check_target(lm)

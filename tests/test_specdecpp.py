@@ -231,3 +231,28 @@ def test_train_acceptance_command_end_to_end(target, tmp_path, monkeypatch):
     m = methods.build("draft_model", target, {"layers": "1", "policy": "specdec++",
                                               "acc_head": str(out / "head")})
     assert m.policy.name == "specdec++"
+
+
+def test_default_acc_head_is_the_one_shipped_for_this_drafter(target, tmp_path, monkeypatch):
+    """Without acc_head, `specdec++` takes the shipped acceptance head trained for this very
+    drafter (the policy's defaults_for_drafter hook, called by methods.build); a shipped head
+    for another drafter is not taken; the drafter's digest is computed once per object."""
+    from specjax.heads import shipped
+
+    lm = _LM(target)
+    d = drafters.make("draft_model", target, k=4, layers=1)
+    other = drafters.make("draft_model", target, k=4, layers=2)
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)
+    position_head(tmp_path / "for-other", other, lm, [0.9])
+    with pytest.raises(PolicyError, match="needs acc_head=DIR"):
+        methods.build("draft_model", target, {"policy": "specdec++", "layers": "1"})
+    head = position_head(tmp_path / "for-this", d, lm, [0.9])
+    m = methods.build("draft_model", target, {"policy": "specdec++", "layers": "1"})
+    assert m.policy.acc_head == str(head)
+    calls = []
+    real = acceptance._digest
+    monkeypatch.setattr(acceptance, "_digest", lambda dr: calls.append(dr) or real(dr))
+    fresh = drafters.make("draft_model", target, k=4, layers=1)
+    assert acceptance.drafter_digest(fresh) == acceptance.drafter_digest(fresh) == \
+        acceptance.drafter_digest(d)
+    assert len(calls) == 1  # `d`'s digest was cached when its head was written

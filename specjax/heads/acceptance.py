@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import hashlib
 import json
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +135,28 @@ def hidden_dim_of(drafter) -> int:
     return int(getattr(drafter, "stop_hidden_size", 0) or 0)
 
 
+_DIGESTS: dict[int, tuple[Any, str]] = {}  # id(drafter) -> (weak reference, digest)
+
+
 def drafter_digest(drafter) -> str:
     """What identifies a drafter for an acceptance head: its name and a digest of its
     parameters (not its options such as ``k``) (every leaf's path, shape, dtype and up to
-    256 of its values, so that hashing a large draft model stays cheap)."""
+    256 of its values, so that hashing a large draft model stays cheap). Computed once per
+    drafter object (building a method asks twice: the shipped head's lookup, its check)."""
+    hit = _DIGESTS.get(id(drafter))
+    if hit is not None and hit[0]() is drafter:
+        return hit[1]
+    digest = _digest(drafter)
+    for key in [k for k, (ref, _) in _DIGESTS.items() if ref() is None]:
+        del _DIGESTS[key]  # drafters gone (their ids may be reused)
+    try:
+        _DIGESTS[id(drafter)] = (weakref.ref(drafter), digest)
+    except TypeError:  # not weak-referenceable: no cache
+        pass
+    return digest
+
+
+def _digest(drafter) -> str:
     h = hashlib.sha256(str(drafter.name).encode())
     tree = drafter.params()
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:

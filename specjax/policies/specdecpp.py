@@ -100,6 +100,15 @@ class SpecDecPPPolicy:
         except CheckpointError as e:
             raise PolicyError(f"policy 'specdec++': {e}") from None
 
+    @staticmethod
+    def defaults_for_drafter(args: dict, drafter) -> dict:
+        """``args`` with ``acc_head`` set to the head shipped for ``drafter`` when none is
+        given (see :func:`shipped_head_for`); called by :func:`specjax.methods.build`."""
+        if args.get("acc_head"):
+            return args
+        found = shipped_head_for(drafter)
+        return {**args, "acc_head": found} if found else args
+
     def check_drafter(self, drafter) -> None:
         from specjax.heads import acceptance
 
