@@ -475,6 +475,9 @@ def main():
                         ("bench_heads_gpu_indist", "The same heads on prompts of the training "
                                                    "pool: 5 trained on (seen), 5 never answered "
                                                    "(unseen)"),
+                        ("bench_policies_eagle_gpu", "Draft-length policies on the GPU-trained "
+                                                     "EAGLE-3 head (shipped 2026-11-26), "
+                                                     "built-in prompts, batch 1"),
                         ("bench_stand_math", "STAND: 8 samples per question at temperature "
                                              "0.7, 20 math questions, samples one after "
                                              "another (batch 1)"),
@@ -486,6 +489,9 @@ def main():
                                                     "built-in prompts, batch 4"),
                         ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
                                                       "its stop rule's fix, batch 1"),
+                        ("bench_spec_bench_heads_gpu", "Trained head drafters on Spec-Bench (10 "
+                                                       "questions per category, 128 tokens; the "
+                                                       "GPU-trained head)"),
                         ("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens; the "
                                                    "first CPU-trained head)"),

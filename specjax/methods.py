@@ -29,11 +29,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "layer_skip": {"k": 3, "policy": "fixed"},
     "draft_model": {"k": 3, "policy": "fixed"},
 }
-# defaults that apply to chains only (a tree keeps the drafter's own depth): the shipped EAGLE-3
-# head on SmolLM2 pays at one draft token per step on a CPU (1.16x) and loses at its own
-# default of 4 (0.83x): configs/policies_eagle.py, docs/benchmarks.md
+# defaults that apply to chains only (a tree keeps the drafter's own depth): the shipped
+# (GPU-trained) EAGLE-3 head on SmolLM2 on a CPU, built-in prompts, batch 1 (2026-11-26):
+# k = 1 / 2 / 3 / 4: 1.36x / 1.38x / 1.40x / 1.09x (a 5-token verify block costs a bucket
+# more); docs/benchmarks.md, "Draft-length policies on the GPU-trained EAGLE-3 head"
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
-    "eagle": {"k": 1},
+    "eagle": {"k": 3},
 }
 
 
