@@ -7,18 +7,14 @@ the shipped head, prompt positions at half weight), with a lower peak learning r
 warm start and 180 more steps (docs/training.md)."""
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
-from specjax.train import TrainConfig
+from specjax.train import TrainConfig, load_train_config
 
-_first = Path(__file__).with_name("eagle3_smollm2.py")
-_spec = importlib.util.spec_from_file_location("eagle3_smollm2", _first)
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
+_FIRST = Path(__file__).with_name("eagle3_smollm2.py")  # the recipe this run continues
 
 
 def get_config() -> TrainConfig:
     return dataclasses.replace(
-        _mod.get_config(), out_dir="runs/eagle3_smollm2_b",
+        load_train_config(_FIRST), out_dir="runs/eagle3_smollm2_b",
         init_from="specjax/heads/shipped/smollm2-135m-eagle3", lr=4e-4, warmup_steps=10)

@@ -8,19 +8,15 @@ shipped head, prompt positions at half weight) with a peak learning rate of 3e-4
 start from the shipped head instead: --init-from specjax/heads/shipped/smollm2-135m-eagle3."""
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
-from specjax.train import TrainConfig
+from specjax.train import TrainConfig, load_train_config
 
-_first = Path(__file__).with_name("eagle3_smollm2.py")
-_spec = importlib.util.spec_from_file_location("eagle3_smollm2", _first)
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
+_FIRST = Path(__file__).with_name("eagle3_smollm2.py")  # the recipe this run continues
 
 
 def get_config() -> TrainConfig:
     return dataclasses.replace(
-        _mod.get_config(), out_dir="runs/eagle3_smollm2_c",
+        load_train_config(_FIRST), out_dir="runs/eagle3_smollm2_c",
         init_from="runs/eagle3_smollm2_b/head", lr=3e-4, warmup_steps=10, total_steps=300,
         eval_every=50)

@@ -10,20 +10,16 @@ step's time: scripts/measure_train_step.py --batch 32) and bound it with `--time
 Rerun the same command to continue a stopped run (docs/training.md)."""
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
-from specjax.train import TrainConfig
+from specjax.train import TrainConfig, load_train_config
 
-_first = Path(__file__).with_name("eagle3_smollm2.py")
-_spec = importlib.util.spec_from_file_location("eagle3_smollm2", _first)
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
+_FIRST = Path(__file__).with_name("eagle3_smollm2.py")  # the recipe this run continues
 
 
 def get_config() -> TrainConfig:
     return dataclasses.replace(
-        _mod.get_config(), out_dir="runs/eagle3_smollm2_gpu",
+        load_train_config(_FIRST), out_dir="runs/eagle3_smollm2_gpu",
         init_from="specjax/heads/shipped/smollm2-135m-eagle3", batch_size=32, lr=5e-4,
         warmup_steps=40, total_steps=1500, save_every=250, eval_every=250, eval_batches=4,
         log_every=25)

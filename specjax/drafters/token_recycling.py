@@ -35,8 +35,6 @@ from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec, parse_tree, static_topology
 
-_topology = static_topology  # (parent, sibling rank, depth) per node
-
 
 def _latest_only(tokens, valid):
     """``valid`` and no later valid entry of the row holds the same token ``[B, T]``: the
@@ -98,7 +96,7 @@ class TokenRecyclingDrafter:
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         # no draft distribution: the mid-draft stop hook does not apply
-        parents, ranks, depth = _topology(self.tree, self.max_k)
+        parents, ranks, depth = static_topology(self.tree, self.max_k)
         B = ctx.seq.shape[0]
         rows = jnp.arange(B)
         toks = []
@@ -141,7 +139,7 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
         raise DrafterError(f"token_recycling drafts static trees (fixed:<choices> or "
                            f"levels:<widths>) or chains; got {tree.kind!r}")
     if tree is not None:
-        _, ranks, _ = _topology(tree, cfg.k)
+        _, ranks, _ = static_topology(tree, cfg.k)
         if max(ranks) >= cfg.width:
             raise DrafterError(f"token_recycling: the tree gives a node {max(ranks) + 1} "
                                f"children, more than the table's width {cfg.width}")
