@@ -12,7 +12,8 @@ from specjax import drafters, methods
 from specjax.engine import generate
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.drafters.token_recycling import _topology, record
+from specjax.drafters.token_recycling import record
+from specjax.tree import static_topology
 from specjax.sampling import SamplingParams
 
 
@@ -48,8 +49,9 @@ def test_topology():
     # levels:2.1 -> nodes 0, 1 under the root, node 2 under node 0
     from specjax.tree import parse_tree
 
-    assert _topology(parse_tree("levels:2.1", k=2), 2) == ((-1, -1, 0), (0, 1, 0), (1, 1, 2))
-    assert _topology(None, 3) == ((-1, 0, 1), (0, 0, 0), (1, 2, 3))
+    assert static_topology(parse_tree("levels:2.1", k=2), 2) == (
+        (-1, -1, 0), (0, 1, 0), (1, 1, 2))
+    assert static_topology(None, 3) == ((-1, 0, 1), (0, 0, 0), (1, 2, 3))
 
 
 def test_table_is_the_targets_top_ids(target, prompts):
