@@ -507,7 +507,12 @@ def main():
                         ("bench_builtin_pl", "Prompt lookup on the built-in prompts, float32, "
                                              "against plain decoding"),
                         ("bench_builtin_ngram", "The ngram drafter (suffix + prompt lookup + "
-                                                "token recycling) on the built-in prompts")):
+                                                "token recycling) on the built-in prompts"),
+                        ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
+                                               "datastore with the machine's budget, without "
+                                               "the budget, and the request's text alone"),
+                        ("bench_spec_bench_model_free", "Model-free drafters on Spec-Bench (10 "
+                                                        "questions per category, 128 tokens)")):
         f = RES / f"{name}.json"
         if f.exists():
             png = f"{name}.png" if (RES / f"{name}.png").exists() else None

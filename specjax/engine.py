@@ -251,6 +251,7 @@ def generate(
     observe = getattr(drafter, "observe", None)  # a drafter that learns from outputs
     carry_over = getattr(drafter, "carry_over", None)  # one that keeps its loop state
     stats = getattr(drafter, "stats", None)  # per-row counters of its own
+    pstats = getattr(loop.policy, "stats", None) if spec else None  # the policy's (pearl)
     for start in range(0, len(prompts), bs):
         if (observe is not None or carry_over is not None) and start > 0:
             # what it learnt from the last batch
@@ -298,6 +299,9 @@ def generate(
                 res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
         if stats is not None:
             for name, vals in jax.device_get(stats(state.draft_state)).items():
+                res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
+        if pstats is not None:
+            for name, vals in jax.device_get(pstats(state.policy_state)).items():
                 res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
         res.compile_s += c1 + c2
         for i in range(n_real):

@@ -251,7 +251,7 @@ PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")}
                 if not p.startswith("_") and (d, p) not in (("prompt_lookup", "dsde"),
                                                             ("prompt_lookup", "specdec++"))})
 # suite time: the model-free drafters whose default policy is not `adaptive` run it under long
-_ADAPTIVE_LONG = ("ngram", "stand", "suffix")
+_ADAPTIVE_LONG = ("ngram", "sssd", "stand", "suffix")
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
     () if p == "fixed" or d == _DEFAULT_POLICY_DRAFTER or (p == "adaptive" and d not in
                                                            _ADAPTIVE_LONG) else pytest.mark.long))

@@ -1,5 +1,6 @@
-"""Decoding on a device mesh (issue 25): data-parallel rows give exactly the single-device
-output. The mesh runs need 8 simulated CPU devices, so they run in a subprocess
+"""Decoding and training on a device mesh (issue 25): data-parallel rows give exactly the
+single-device output; a data-parallel train step equals the single-device one within float
+tolerance. The mesh runs need 8 simulated CPU devices, so they run in a subprocess
 (tests/mesh_check.py) and the rest of the suite keeps one device."""
 
 import json
@@ -14,12 +15,13 @@ from specjax.errors import ConfigError
 from specjax.mesh import data_parallel, make_mesh, parse_mesh_spec
 
 CHECK = Path(__file__).with_name("mesh_check.py")
+TRAIN_CHECK = Path(__file__).with_name("mesh_train_check.py")
 
 
-def _run(*flags):
+def _run(*flags, script=CHECK):
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    r = subprocess.run([sys.executable, str(CHECK), *flags], capture_output=True, text=True,
-                       env=env, timeout=1800)
+    r = subprocess.run([sys.executable, str(script), *flags], capture_output=True, text=True,
+                       env=env, timeout=1800, cwd=Path(__file__).parent)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
@@ -31,6 +33,10 @@ def test_data_parallel_decoding_is_identical_quick():
 @pytest.mark.long
 def test_data_parallel_decoding_is_identical_every_method():
     assert _run() == {"mismatch": []}
+
+
+def test_data_parallel_training_equals_one_device_and_resumes_on_another_mesh():
+    assert _run(script=TRAIN_CHECK) == {"mismatch": []}
 
 
 def test_mesh_specs_and_errors():

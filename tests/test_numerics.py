@@ -28,7 +28,7 @@ def _pytest(marker: str):
 
 
 def test_exact_numerics_checks():
-    _pytest("not long")
+    _pytest("not long and not real_model")  # the real model's: tests/test_numerics_real.py
 
 
 @pytest.mark.long

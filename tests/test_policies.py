@@ -160,3 +160,23 @@ def test_dsde_by_hand():
         POLICIES.build("dsde", {"window": "2"}, max_k=8)
     with pytest.raises(PolicyError, match="needs the KL divergences"):
         p.update(st, None, jnp.asarray([1, 1]), jnp.asarray([1, 1]))
+
+
+def test_pearl_modes_by_hand():
+    p = POLICIES.build("pearl", {"gamma": "3"}, max_k=4)
+    # row 0: pre (k 1) accepted -> post (k 3): full -> post: 1 of 3 -> pre: rejected -> pre
+    # row 1: pre rejected -> pre; nothing drafted (mode kept) -> pre accepted -> post: the
+    #        drafter offered 2 of 3 and both were accepted (full) -> post
+    steps = [([1, 1], [1, 0]), ([3, 0], [3, 0]), ([3, 1], [1, 1]), ([1, 2], [0, 2]),
+             ([1, 3], [1, 0])]
+    assert trace(p, steps) == [[1, 1], [3, 1], [3, 1], [1, 3], [1, 3]]
+    st = p.init(2)
+    for n_draft, n_acc in steps:
+        k = p.decide(st, None)
+        st = p.update(st, k, jnp.asarray(n_draft), jnp.asarray(n_acc))
+    stats = {k: np.asarray(v).tolist() for k, v in p.stats(st).items()}
+    assert stats == {"pearl_pre": [3, 2], "pearl_post": [2, 2]}
+    assert np.asarray(POLICIES.build("pearl", {}, max_k=5).decide(
+        {"mode": jnp.asarray([0, 1])}, None)).tolist() == [5, 1]  # gamma defaults to k
+    with pytest.raises(PolicyError, match="gamma must be an integer in"):
+        POLICIES.build("pearl", {"gamma": "6"}, max_k=5)

@@ -172,6 +172,9 @@ def leaves_of(out_dir) -> tuple[dict, dict]:
     ("lr", -1.0, "lr"),
     ("b2", 1.0, "b2"),
     ("max_steps_this_run", 0, "max_steps_this_run"),
+    ("mesh", "rows=2", "axes must be among data, model"),
+    ("mesh", "data=3", "batch_size .8. must be a multiple of the mesh's data axis .3."),
+    ("mesh", 4, "TrainConfig.mesh must be None or a mesh spec"),
     ("task", "", "task"),
     ("task_args", {"x": object()}, "task_args"),
 ])

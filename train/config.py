@@ -33,7 +33,10 @@ COMPUTE_DTYPES = ("float32", "bfloat16")
 
 # Fields a resumed run may change: they do not alter the trajectory of the parameters (the
 # corpus may move: the trainer checks its contents, by fingerprint, instead of its path).
-RESUMABLE_CHANGES = ("max_steps_this_run", "time_limit_min", "plot", "out_dir", "data")
+# ``mesh``: a data-parallel step is the single-device step up to the order of the gradient's
+# cross-device sum (float tolerance), so a run may continue on another mesh shape.
+RESUMABLE_CHANGES = ("max_steps_this_run", "time_limit_min", "plot", "out_dir", "data",
+                     "mesh")
 
 
 def _is_int(v) -> bool:
@@ -87,6 +90,12 @@ class TrainConfig:
         initialisation: a recipe continued on a grown corpus, or in a later session whose
         checkpoints are gone. Only read when ``out_dir`` holds no checkpoint yet; the
         optimizer and the schedule start afresh.
+      mesh: train data-parallel on a device mesh (``"data=8"``, :func:`specjax.mesh.make_mesh`):
+        every micro-batch's records are split over the ``data`` axis (``batch_size`` must be
+        a multiple of it), the head, the optimizer state and the frozen target replicated;
+        XLA sums the gradients across devices. ``None``: one device. A run may resume on
+        another mesh shape (checkpoints restore onto the current mesh). A ``model`` axis > 1
+        (sharded heads) is refused for now.
     """
 
     task: str
@@ -117,6 +126,7 @@ class TrainConfig:
     time_limit_min: float | None = None
     plot: bool = True
     init_from: str | None = None
+    mesh: str | None = None
 
     def __post_init__(self):
         for name in ("task", "data", "out_dir", "model"):
@@ -180,6 +190,18 @@ class TrainConfig:
         if self.compute_dtype not in COMPUTE_DTYPES:
             raise ConfigError(f"TrainConfig.compute_dtype must be one of "
                               f"{', '.join(COMPUTE_DTYPES)}, got {self.compute_dtype!r}")
+        if self.mesh is not None:
+            from specjax.mesh import parse_mesh_spec
+
+            if not isinstance(self.mesh, str):
+                raise ConfigError(f"TrainConfig.mesh must be None or a mesh spec such as "
+                                  f"'data=4', got {self.mesh!r}")
+            sizes = parse_mesh_spec(self.mesh)
+            dp = sizes.get("data", 1)
+            if self.batch_size % dp:
+                raise ConfigError(f"TrainConfig.batch_size ({self.batch_size}) must be a "
+                                  f"multiple of the mesh's data axis ({dp}): each device "
+                                  f"takes an equal share of every micro-batch")
         if not isinstance(self.plot, bool):
             raise ConfigError(f"TrainConfig.plot must be true or false, got {self.plot!r}")
 

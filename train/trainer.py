@@ -89,6 +89,29 @@ def make_eval_step(task) -> Callable:
     return jax.jit(task.loss)
 
 
+def train_placement(config: TrainConfig):
+    """The :class:`specjax.mesh.Placement` of a data-parallel run (None on one device).
+
+    Raises:
+      ConfigError: a mesh with a ``model`` axis > 1, or one that needs more devices than
+        are visible (naming both).
+    """
+    if config.mesh is None:
+        return None
+    from specjax.mesh import Placement, make_mesh
+
+    mesh = make_mesh(config.mesh)
+    shape = dict(mesh.shape)
+    if shape.get("model", 1) > 1:
+        n = shape["model"] * shape.get("data", 1)
+        raise ConfigError(f"TrainConfig.mesh {config.mesh!r}: a model axis (heads sharded "
+                          f"over devices) is not supported for training yet; train "
+                          f"data-parallel (e.g. mesh='data={n}')")
+    if "data" not in shape:
+        raise ConfigError(f"TrainConfig.mesh {config.mesh!r} needs a 'data' axis")
+    return Placement(mesh)
+
+
 def _load_model(config: TrainConfig):
     from specjax._runtime import load_for_run
 
@@ -194,15 +217,20 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
     frozen = task.frozen()
     tx, schedule = make_optimizer(config)
     opt_state = tx.init(params)
+    place = train_placement(config)
+    if place is not None:  # replicated: a resumed run restores onto this mesh
+        params, opt_state, frozen = place.replicate((params, opt_state, frozen))
+        say(f"training data-parallel on the mesh {dict(place.mesh.shape)}")
 
     ckpt = Checkpointer(ckpt_dir, config.keep_checkpoints)
     try:
         step, position, elapsed0, resumed_from = 0, None, 0.0, None
         latest = ckpt.latest_step()
         if latest is not None:
+            rng = jax.random.key_data(train_key)
             state, meta = _resume(ckpt, latest, config, corpus.fingerprint(), {
                 "params": params, "opt_state": opt_state,
-                "rng": jax.random.key_data(train_key)})
+                "rng": rng if place is None else place.replicate(rng)})
             params, opt_state = state["params"], state["opt_state"]
             train_key = jax.random.wrap_key_data(state["rng"])
             step, position = int(meta["step"]), meta.get("data_position")
@@ -219,6 +247,8 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
                              vocab_size=lm.config.vocab_size, position=position,
                              report=lambda m: say(m, always=True))
         val = eval_batches(corpus, val_idx, config.batch_size, config.seq_len, config.eval_batches)
+        if place is not None:
+            val = [place.rows(b) for b in val]
         train_step = make_train_step(task, tx)
         eval_step = make_eval_step(task)
 
@@ -260,6 +290,8 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
                 for micro in range(config.grad_accum):
                     batch = next(data)
                     window_tokens += int(batch["lengths"].sum())
+                    if place is not None:
+                        batch = place.rows(batch)
                     rng = jax.random.fold_in(jax.random.fold_in(train_key, step), micro)
                     params, opt_state, loss, metrics = train_step(params, opt_state, frozen,
                                                                   batch, rng)

@@ -8,6 +8,7 @@ from specjax.drafters import (  # noqa: F401
     ngram,
     prompt_lookup,
     self_spec,
+    sssd,
     stand,
     suffix,
     token_recycling,

@@ -8,6 +8,7 @@ from specjax.policies import (  # noqa: F401  (registers)
     fixed,
     gammatune,
     heuristic,
+    pearl,
     smartspec,
     specdecpp,
 )

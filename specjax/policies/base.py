@@ -24,6 +24,9 @@ back in the next position's ``DraftStep.carry``; it is 0 at the first position o
 It may return ``(cut, carry, last)``: ``last[b]`` keeps this token and drafts no more for the
 row, so that a rule that decides after seeing a token does not pay for the next draft forward.
 
+An optional host-side hook ``stats(state) -> {name: int[B]}`` adds per-row counters of the
+policy's final state to ``GenerationResult.extra`` (``pearl`` counts its rounds per mode).
+
 Policies are frozen dataclasses registered in :data:`POLICIES`: their ``init`` fields are
 their typed options (``max_k`` is filled in from the drafter). A policy imports neither the
 drafters nor the loop.

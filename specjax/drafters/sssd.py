@@ -1,0 +1,626 @@
+"""SSSD (Marzollo et al., Simply-Scalable Speculative Decoding; card C9): training-free drafts
+from the request's own text and from a datastore of earlier text, with a speculation budget
+that follows the machine's verify-cost curve so drafting still pays at larger batches.
+
+Two sources draft a chain each step, both inside the compiled loop:
+
+* **the request itself** (prompt and output so far): the longest suffix match of the row's
+  context in its own text, continued by the most frequent continuation
+  (:func:`specjax.drafters.suffix.suffix_draft` over the row alone);
+* **the datastore**: n-gram statistics of a large body of text (by default the target's own
+  answers to 5,632 varied prompts, the self-distillation corpus of ``specjax train data``;
+  no evaluation prompt is in it: the corpus builder refuses overlaps), kept as one hash table
+  per context order ``n = 1 .. max_order`` mapping the ``n`` tokens before a position to the
+  most frequent next token, its count and the context's count. A draft follows the table
+  token by token from the longest order that has the context, and stops where the running
+  product of the continuations' empirical probabilities falls below ``min_prob`` or where no
+  order of at least ``min_order`` knows the context.
+
+The row drafts its own text's chain when that match is at least as long as the datastore's
+context order (the request is the more specific source), else the datastore's.
+
+**The budget.** The paper sets the number of speculated tokens from a roofline budget: verifying
+stays almost free while the batch's verified tokens stay within what the hardware processes at
+about the latency of one token. Its exact formula is not in the abstract; here (card C9's
+inferred rule) the budget is read off the verify-cost curve of the machine the drafter runs on
+(:func:`specjax.cost_curves.measured_cost`, measured once and cached): at batch ``B`` a row
+drafts at most the largest ``k`` with ``cost(B * (k + 1)) <= (1 + budget_tol) * cost(B)``,
+where ``cost(T)`` is the relative time of a forward over ``T`` tokens at batch 1 (a batch of
+``B`` rows of ``k + 1`` tokens does about the work of one row of ``B * (k + 1)``). On the AMD
+CPU of docs/benchmarks.md with ``budget_tol = 0.5`` that is 5 tokens at batch 1, 2 at batch 4
+and none at 16: drafting backs off where verifying stops being cheap.
+
+**The datastore** (:class:`Datastore`) is host side: token documents (bounded, FIFO eviction)
+from which the hash tables are built with numpy (about a second per million tokens) and
+passed into the loop as arrays of a fixed size (``slots`` per order, a power of two; a
+colliding context keeps the slot if it is the more frequent one), so growing the datastore
+never recompiles. It learns every output after its batch (``observe``; ``learn=False`` turns
+it off), is saved and loaded as a ``.npz`` file recording the vocabulary and tokenizer it
+was built with (another tokenizer, another format version or a corrupt file is refused with
+an error naming the file), and a datastore for SmolLM2-135M ships with specjax.
+
+Drafts are deterministic given the context and the datastore, so verification is exact
+(greedy: the plain-decoding tokens; sampling: the deterministic-candidate rule).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specjax import atomic
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids
+from specjax.drafters.suffix import suffix_draft
+from specjax.errors import DrafterError
+from specjax.features import FeatureSpec
+from specjax.tree import DraftTree
+
+FORMAT = "specjax-sssd-datastore"
+VERSION = 1
+MAX_TOKENS = 1 << 24  # 16M tokens (64 MB of documents; the tables do not grow with it)
+MAX_SLOTS = 1 << 22  # per order: 4 int32 arrays of 4M entries = 64 MB per order
+MAX_ORDER = 8
+EMPTY_SLOTS, CORPUS_SLOTS = 1 << 16, 1 << 20  # default tables: an empty datastore, a corpus
+SHIPPED = Path(__file__).parent / "data"
+
+# 32-bit FNV-1a style hashing of a context (tokens as whole words), then a murmur3 finaliser;
+# two independent hashes: one picks the slot, the other checks that the slot holds the context
+_SEEDS = ((0x811C9DC5, 0x01000193), (0x3C6EF372, 0x5BD1E995))
+
+
+def _fmix(h, xp):
+    u = xp.uint32
+    h = h ^ (h >> u(16))
+    h = h * u(0x85EBCA6B)
+    h = h ^ (h >> u(13))
+    h = h * u(0xC2B2AE35)
+    return h ^ (h >> u(16))
+
+
+def context_hash(ctx, xp=np):
+    """Two ``uint32`` hashes of each context ``ctx[..., n]`` (token ids, oldest first), the
+    same in numpy (``xp=np``) and in jax (``xp=jnp``): ``(slot hash, check hash)``."""
+    u = xp.uint32
+    n = ctx.shape[-1]
+    out = []
+    for seed, prime in _SEEDS:
+        h = xp.full(ctx.shape[:-1], seed, dtype=xp.uint32) ^ u((n * 0x9E3779B9) & 0xFFFFFFFF)
+        for t in range(n):
+            h = (h ^ ctx[..., t].astype(xp.uint32)) * u(prime)
+        out.append(_fmix(h, xp))
+    return out[0], out[1]
+
+
+def build_tables(docs: Sequence[np.ndarray], max_order: int, slots: int) -> dict:
+    """The hash tables of ``docs`` (int32 token arrays): ``check, next, count, total``, each
+    ``int32[max_order, slots]`` (order ``n`` in row ``n - 1``); ``count == 0`` marks an empty
+    slot. ``next`` is the most frequent token after the context (ties: the smallest id),
+    ``count`` its count and ``total`` the context's count."""
+    check = np.zeros((max_order, slots), np.int32)
+    nxt = np.zeros((max_order, slots), np.int32)
+    count = np.zeros((max_order, slots), np.int32)
+    total = np.zeros((max_order, slots), np.int32)
+    docs = [np.asarray(d, np.int32) for d in docs if len(d) >= 2]
+    if not docs:
+        return {"check": check, "next": nxt, "count": count, "total": total}
+    # one text with a -1 between documents; a window touching a -1 is not a context
+    text = np.concatenate([np.append(d, -1) for d in docs]).astype(np.int32)
+    mask = np.uint32(slots - 1)
+    for n in range(1, max_order + 1):
+        if text.size <= n:
+            break
+        win = np.lib.stride_tricks.sliding_window_view(text, n + 1)  # [P, n + 1]
+        ok = np.all(win >= 0, axis=1)
+        win = win[ok]
+        if win.shape[0] == 0:
+            continue
+        h1, h2 = context_hash(win[:, :n], np)
+        key = (h1.astype(np.uint64) << np.uint64(32)) | h2.astype(np.uint64)
+        tok = win[:, n].astype(np.int64)
+        order = np.lexsort((tok, key))
+        key, tok, h1, h2 = key[order], tok[order], h1[order], h2[order]
+        # (context, next) pairs and their counts
+        new_pair = np.ones(key.size, bool)
+        new_pair[1:] = (key[1:] != key[:-1]) | (tok[1:] != tok[:-1])
+        starts = np.flatnonzero(new_pair)
+        pair_count = np.diff(np.append(starts, key.size))
+        pkey, ptok, ph1, ph2 = key[starts], tok[starts], h1[starts], h2[starts]
+        # per context: its total and its most frequent next token (ties: smallest id)
+        new_ctx = np.ones(pkey.size, bool)
+        new_ctx[1:] = pkey[1:] != pkey[:-1]
+        cstarts = np.flatnonzero(new_ctx)
+        ctx_total = np.add.reduceat(pair_count, cstarts)
+        ctx_id = np.cumsum(new_ctx) - 1
+        best = np.lexsort((ptok, -pair_count, ctx_id))  # by context, then count desc, id asc
+        first = best[np.flatnonzero(np.r_[True, ctx_id[best][1:] != ctx_id[best][:-1]])]
+        c_h1, c_h2 = ph1[first], ph2[first]
+        c_tok, c_cnt = ptok[first], pair_count[first]
+        # a slot shared by several contexts goes to the one seen most often
+        slot = (c_h1 & mask).astype(np.int64)
+        win_order = np.lexsort((-ctx_total, -c_cnt, slot))  # by slot, then most frequent
+        keep = win_order[np.flatnonzero(np.r_[True, slot[win_order][1:] !=
+                                                slot[win_order][:-1]])]
+        s = slot[keep]
+        check[n - 1, s] = c_h2[keep].view(np.int32)
+        nxt[n - 1, s] = c_tok[keep]
+        count[n - 1, s] = np.minimum(c_cnt[keep], np.iinfo(np.int32).max)
+        total[n - 1, s] = np.minimum(ctx_total[keep], np.iinfo(np.int32).max)
+    return {"check": check, "next": nxt, "count": count, "total": total}
+
+
+def _corpus_records(path: Path) -> list[dict]:
+    """The records of one corpus shard (ArrayRecord of JSON objects, the format of
+    :mod:`specjax.train.corpus`, read here without importing the training package)."""
+    from array_record.python.array_record_module import ArrayRecordReader
+
+    try:
+        reader = ArrayRecordReader(str(path))
+    except Exception as e:
+        raise DrafterError(f"corpus shard {path} cannot be read ({type(e).__name__}: {e})"
+                           ) from None
+    try:
+        return [json.loads(b) for b in reader.read_all()]
+    finally:
+        reader.close()
+
+
+class Datastore:
+    """Token documents and the n-gram hash tables built from them (host side).
+
+    ``max_tokens`` bounds the documents (the oldest are evicted first); ``slots`` (a power of
+    two) and ``max_order`` fix the tables' shape (``4 * max_order * slots`` int32 values:
+    32 MB at the defaults 4 and 2^20). ``path``: where :meth:`save` writes by default (and
+    where ``autosave`` writes after every batch). Bound to one vocabulary (and tokenizer, when
+    known) by the first drafter built over it.
+    """
+
+    def __init__(self, *, max_order: int = 4, slots: int = 1 << 20,
+                 max_tokens: int = 1 << 22, path: str | os.PathLike | None = None,
+                 autosave: bool = False):
+        if not isinstance(max_order, int) or isinstance(max_order, bool) or not (
+                1 <= max_order <= MAX_ORDER):
+            raise DrafterError(f"sssd datastore: max_order must be an integer in [1, "
+                               f"{MAX_ORDER}], got {max_order!r}")
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 2 or \
+                slots > MAX_SLOTS or slots & (slots - 1):
+            raise DrafterError(f"sssd datastore: slots must be a power of two in [2, "
+                               f"{MAX_SLOTS}] (16 bytes each per order), got {slots!r}")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or not (
+                1 <= max_tokens <= MAX_TOKENS):
+            raise DrafterError(f"sssd datastore: max_tokens must be an integer in [1, "
+                               f"{MAX_TOKENS}], got {max_tokens!r}")
+        self.max_order, self.slots, self.max_tokens = max_order, slots, max_tokens
+        self.path = Path(path) if path is not None else None
+        self.autosave = autosave
+        self.vocab_size: int | None = None
+        self.tokenizer: str | None = None
+        self.source = "empty"
+        self._docs: collections.deque[np.ndarray] = collections.deque()
+        self._tokens = 0
+        self.evicted = 0
+        self._tables = None  # built lazily, dropped when the documents change
+
+    # -------------------------------------------------------------------------- contents
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    @property
+    def num_tokens(self) -> int:
+        return self._tokens
+
+    def bind(self, vocab_size: int, tokenizer: str | None, where: str = "this datastore"):
+        """Ties the datastore to a vocabulary; refuses another one."""
+        if self.vocab_size is not None and self.vocab_size != vocab_size:
+            raise DrafterError(f"sssd datastore {where} holds token ids of a vocabulary of "
+                               f"{self.vocab_size}, but the target's has {vocab_size}: it was "
+                               f"built for another model")
+        if self.tokenizer is not None and tokenizer is not None and self.tokenizer != tokenizer:
+            raise DrafterError(f"sssd datastore {where} was built with another tokenizer "
+                               f"(digest {self.tokenizer}, the target's is {tokenizer}): its "
+                               f"token ids mean other text")
+        if self._docs:
+            top = max(int(d.max()) for d in self._docs)
+            if top >= vocab_size:
+                raise DrafterError(f"sssd datastore {where} holds token id {top}, outside the "
+                                   f"target's vocabulary of {vocab_size}")
+        self.vocab_size = vocab_size
+        self.tokenizer = self.tokenizer or tokenizer
+
+    def add(self, tokens: Sequence[int]):
+        """Appends one document, evicting the oldest while the total exceeds ``max_tokens``
+        (a document longer than that keeps its last ``max_tokens`` tokens)."""
+        doc = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) else tokens,
+                         np.int32).reshape(-1)
+        if doc.size == 0:
+            return
+        if doc.min() < 0 or (self.vocab_size is not None and doc.max() >= self.vocab_size):
+            raise DrafterError(f"sssd datastore: token ids must be in [0, "
+                               f"{self.vocab_size or 'vocab'}), got [{doc.min()}, {doc.max()}]")
+        doc = doc[-self.max_tokens:]
+        while self._docs and self._tokens + doc.size > self.max_tokens:
+            self._tokens -= self._docs.popleft().size
+            self.evicted += 1
+        self._docs.append(doc)
+        self._tokens += doc.size
+        self._tables = None
+
+    def extend(self, docs: Iterable[Sequence[int]]):
+        for d in docs:
+            self.add(d)
+
+    def tables(self) -> dict:
+        """The hash tables (numpy), built on first use after a change."""
+        if self._tables is None:
+            self._tables = build_tables(list(self._docs), self.max_order, self.slots)
+        return self._tables
+
+    def lookup(self, context: Sequence[int]) -> tuple[int, int, int] | None:
+        """``(next token, its count, the context's count)`` the tables hold for ``context``
+        (its last ``max_order`` tokens at most; the longest order found wins), or None."""
+        t = self.tables()
+        ctx = np.asarray(list(context), np.int32)
+        for n in range(min(self.max_order, ctx.size), 0, -1):
+            h1, h2 = context_hash(ctx[None, -n:], np)
+            s = int(h1[0]) & (self.slots - 1)
+            if t["count"][n - 1, s] > 0 and t["check"][n - 1, s] == h2.view(np.int32)[0]:
+                return int(t["next"][n - 1, s]), int(t["count"][n - 1, s]), int(
+                    t["total"][n - 1, s])
+        return None
+
+    def snapshot(self):
+        return (tuple(self._docs), self._tokens, self.evicted)
+
+    def restore(self, snap):
+        docs, self._tokens, self.evicted = snap
+        self._docs = collections.deque(docs)
+        self._tables = None
+
+    # -------------------------------------------------------------------------- files
+    def save(self, path: str | os.PathLike | None = None) -> Path:
+        """Writes the documents (not the tables: they are rebuilt on load) atomically."""
+        path = Path(path) if path is not None else self.path
+        if path is None:
+            raise DrafterError("sssd datastore: no path to save to (give one, or build the "
+                               "datastore with path=)")
+        meta = {"format": FORMAT, "version": VERSION, "max_order": self.max_order,
+                "slots": self.slots, "max_tokens": self.max_tokens,
+                "vocab_size": self.vocab_size, "tokenizer": self.tokenizer,
+                "evicted": self.evicted, "source": self.source}
+        lengths = np.asarray([d.size for d in self._docs], np.int64)
+        tokens = np.concatenate(list(self._docs)) if self._docs else np.zeros((0,), np.int32)
+        with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
+            np.savez_compressed(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+                                tokens=tokens.astype(np.int32), lengths=lengths)
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, autosave: bool = False, **overrides):
+        """Reads a datastore written by :meth:`save`; ``max_order``, ``slots`` and
+        ``max_tokens`` may override the saved ones."""
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                meta = json.loads(bytes(z["meta"]).decode())
+                tokens = np.asarray(z["tokens"])
+                lengths = np.asarray(z["lengths"])
+        except FileNotFoundError:
+            raise DrafterError(f"sssd datastore file {path} does not exist") from None
+        except Exception as e:
+            raise DrafterError(f"sssd datastore file {path} is not a readable datastore "
+                               f"({type(e).__name__}: {e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise DrafterError(f"{path} is not a specjax sssd datastore (format "
+                               f"{meta.get('format') if isinstance(meta, dict) else meta!r})")
+        if meta.get("version") != VERSION:
+            raise DrafterError(f"sssd datastore {path} has format version "
+                               f"{meta.get('version')!r}; this specjax reads version {VERSION}")
+        if tokens.dtype != np.int32 or tokens.ndim != 1 or lengths.ndim != 1 or \
+                int(lengths.sum()) != tokens.size or (lengths.size and lengths.min() < 1):
+            raise DrafterError(f"sssd datastore {path} is corrupt: {tokens.size} tokens "
+                               f"({tokens.dtype}) do not split into its {lengths.size} "
+                               f"document lengths")
+        vocab = meta.get("vocab_size")
+        if tokens.size and (tokens.min() < 0 or (vocab is not None and tokens.max() >= vocab)):
+            raise DrafterError(f"sssd datastore {path} is corrupt: token ids outside "
+                               f"[0, {vocab})")
+        kw = {k: meta[k] for k in ("max_order", "slots", "max_tokens") if k in meta}
+        kw.update({k: v for k, v in overrides.items() if v is not None})
+        ds = cls(path=path, autosave=autosave, **kw)
+        ds.vocab_size, ds.tokenizer = vocab, meta.get("tokenizer")
+        ds.source = meta.get("source", str(path))
+        for doc in np.split(tokens, np.cumsum(lengths)[:-1]) if lengths.size else []:
+            ds.add(doc)
+        ds.evicted += int(meta.get("evicted", 0))
+        return ds
+
+    @classmethod
+    def from_corpus(cls, corpus_dir: str | os.PathLike, *, answers_only: bool = False,
+                    tokenizer_sha256: str | None = None, **kwargs) -> "Datastore":
+        """A datastore of a ``specjax train data`` corpus: every record's tokens (prompt and
+        answer; only the answer with ``answers_only``). ``tokenizer_sha256``: the target's
+        tokenizer hash; a corpus written with another tokenizer is refused."""
+        corpus_dir = Path(corpus_dir)
+        try:
+            manifest = json.loads((corpus_dir / "manifest.json").read_text())
+            shards = [corpus_dir / str(s) for s in manifest["shards"]]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise DrafterError(f"{corpus_dir} is not a specjax corpus (no readable "
+                               f"manifest.json: {type(e).__name__}: {e})") from None
+        theirs = manifest.get("tokenizer_sha256")
+        if tokenizer_sha256 and theirs and theirs != tokenizer_sha256:
+            raise DrafterError(f"corpus {corpus_dir} was written with another tokenizer "
+                               f"(sha256 {theirs[:16]}..., the target's is "
+                               f"{tokenizer_sha256[:16]}...): its token ids mean other text")
+        ds = cls(**kwargs)
+        for shard in shards:
+            for rec in _corpus_records(shard):
+                toks = np.asarray(rec["tokens"], np.int32)
+                if answers_only:
+                    toks = toks[np.asarray(rec["loss_mask"], bool)]
+                ds.add(toks)
+        ds.source = f"corpus {corpus_dir.name} ({len(shards)} shards)"
+        return ds
+
+    def __repr__(self):
+        return (f"Datastore({len(self)} documents, {self.num_tokens} tokens, orders 1-"
+                f"{self.max_order}, {self.slots} slots, from {self.source})")
+
+
+# ------------------------------------------------------------------------------ in the loop
+
+
+def datastore_draft(tables, seq, seq_len, K: int, max_order: int, min_order: int,
+                    min_prob: float):
+    """The datastore's chain of each row: ``(tokens int32[B, K], length int32[B],
+    order int32[B])`` (``order``: the context order of the first token, 0 for none)."""
+    B, L = seq.shape
+    S = tables["check"].shape[1]
+    back = seq_len[:, None] - max_order + jnp.arange(max_order, dtype=jnp.int32)[None]
+    window = jnp.where(back >= 0, jnp.take_along_axis(seq, jnp.maximum(back, 0), axis=1), -1)
+    going = jnp.ones((B,), bool)
+    prob = jnp.ones((B,), jnp.float32)
+    toks, length, first_order = [], jnp.zeros((B,), jnp.int32), jnp.zeros((B,), jnp.int32)
+    for d in range(K):
+        tok = jnp.zeros((B,), jnp.int32)
+        p = jnp.zeros((B,), jnp.float32)
+        found = jnp.zeros((B,), jnp.int32)  # order of the hit, 0 for none
+        for n in range(max_order, 0, -1):
+            ctx = window[:, max_order - n:]
+            h1, h2 = context_hash(ctx, jnp)
+            slot = (h1 & jnp.uint32(S - 1)).astype(jnp.int32)
+            cnt = tables["count"][n - 1][slot]
+            check = jax.lax.bitcast_convert_type(h2, jnp.int32)
+            hit = (jnp.all(ctx >= 0, axis=1) & (cnt > 0)
+                   & (tables["check"][n - 1][slot] == check) & (found == 0))
+            tok = jnp.where(hit, tables["next"][n - 1][slot], tok)
+            p = jnp.where(hit, cnt / jnp.maximum(tables["total"][n - 1][slot], 1), p)
+            found = jnp.where(hit, n, found)
+        prob = prob * p
+        going = going & (found >= min_order) & (prob >= min_prob)
+        if d == 0:
+            first_order = jnp.where(going, found, 0)
+        length = length + going
+        toks.append(jnp.where(going, tok, 0))
+        window = jnp.concatenate([window[:, 1:], tok[:, None]], axis=1)
+    return jnp.stack(toks, axis=1), length.astype(jnp.int32), first_order
+
+
+def flat_budget(cost: Sequence[float], tol: float, K: int, max_batch: int = 64) -> tuple:
+    """``caps[B - 1]``: the most tokens a row drafts at batch ``B`` (see the module docstring),
+    from the relative cost curve ``cost[T - 1]`` (batch 1, linearly extrapolated)."""
+    c = [float(x) for x in cost]
+    slope = (c[-1] - c[-2]) if len(c) >= 2 else 1.0
+
+    def at(T):
+        return c[T - 1] if T <= len(c) else c[-1] + slope * (T - len(c))
+
+    caps = []
+    for B in range(1, max_batch + 1):
+        k = 0
+        while k < K and at(B * (k + 2)) <= (1 + tol) * at(B):
+            k += 1
+        caps.append(k)
+    return tuple(caps)
+
+
+@dataclasses.dataclass(frozen=True)
+class SSSDConfig:
+    """Options of ``sssd``."""
+
+    k: int = dataclasses.field(default=8, metadata={"help": "maximum draft length"})
+    datastore: object = dataclasses.field(default=None, metadata={
+        "help": "a Datastore, a .npz path (loaded if it exists, else created; saved after "
+                "every batch), a corpus directory (specjax train data), 'empty', or none: "
+                "the datastore shipped for the model (empty for other models)"})
+    max_order: int = dataclasses.field(default=4, metadata={
+        "help": "longest datastore context (n-gram order) for a new datastore"})
+    slots: int | None = dataclasses.field(default=None, metadata={
+        "help": "hash-table slots per order (a power of two) for a new datastore (default: "
+                "2^20 for one built from a corpus, 2^16 for an empty one)"})
+    min_order: int = dataclasses.field(default=2, metadata={
+        "help": "shortest datastore context that drafts"})
+    min_prob: float = dataclasses.field(default=0.2, metadata={
+        "help": "a datastore chain stops where the product of its continuations' "
+                "empirical probabilities falls below this"})
+    max_depth: int = dataclasses.field(default=16, metadata={
+        "help": "longest context matched in the request's own text"})
+    budget_tol: float = dataclasses.field(default=0.5, metadata={
+        "help": "draft at most the k with cost(B(k+1)) <= (1 + budget_tol) cost(B) on this "
+                "machine's verify-cost curve (inf: no budget)"})
+    learn: bool = dataclasses.field(default=True, metadata={
+        "help": "add every output to the datastore after its batch"})
+
+    def __post_init__(self):
+        check_k(self.k)
+        for name in ("max_order", "min_order", "max_depth", "slots"):
+            v = getattr(self, name)
+            if name == "slots" and v is None:
+                continue
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise DrafterError(f"sssd: {name} must be an integer >= 1, got {v!r}")
+        if self.min_order > self.max_order:
+            raise DrafterError(f"sssd: min_order ({self.min_order}) cannot exceed max_order "
+                               f"({self.max_order}): the datastore would never draft")
+        if not (isinstance(self.min_prob, (int, float)) and 0 <= self.min_prob <= 1):
+            raise DrafterError(f"sssd: min_prob must be in [0, 1], got {self.min_prob!r}")
+        if not (isinstance(self.budget_tol, (int, float)) and self.budget_tol >= 0):
+            raise DrafterError(f"sssd: budget_tol must be >= 0 (inf for no budget), got "
+                               f"{self.budget_tol!r}")
+        if not (self.datastore is None or isinstance(self.datastore,
+                                                     (Datastore, str, os.PathLike))):
+            raise DrafterError(f"sssd: datastore must be a Datastore or a path, got "
+                               f"{type(self.datastore).__name__}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SSSDDrafter:
+    max_k: int
+    max_order: int
+    min_order: int
+    min_prob: float
+    max_depth: int
+    caps: tuple  # caps[B - 1]: the budget at batch B (B > len: the last)
+    learn: bool = True
+    # the tables are an argument of the compiled loop (params), not part of it
+    datastore: Datastore | None = dataclasses.field(default=None, compare=False, hash=False,
+                                                    repr=False)
+    tree: None = None
+    name: str = "sssd"
+    deterministic: bool = True
+    features: FeatureSpec = FeatureSpec()
+
+    def params(self):
+        t = self.datastore.tables()
+        return {k: jnp.asarray(v) for k, v in t.items()}
+
+    def cap(self, batch: int) -> int:
+        return self.caps[min(batch, len(self.caps)) - 1]
+
+    def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
+        z = jnp.zeros((prompt_tokens.shape[0],), jnp.int32)
+        return {"steps": z, "own": z, "datastore": z}
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        B = ctx.seq.shape[0]
+        K = self.max_k
+        own_tok, own_len, _, own_match = suffix_draft(
+            jnp.zeros((0,), jnp.int32), ctx.seq, ctx.seq_len, K, self.max_depth, 8, 1, 0.1,
+            1.0)
+        ds_tok, ds_len, ds_order = datastore_draft(params, ctx.seq, ctx.seq_len, K,
+                                                   self.max_order, self.min_order,
+                                                   self.min_prob)
+        own = (own_len > 0) & ((own_match >= ds_order) | (ds_len == 0))
+        tokens = jnp.where(own[:, None], own_tok, ds_tok)
+        length = jnp.where(own, own_len, ds_len)
+        n = jnp.where(ctx.live, jnp.minimum(jnp.minimum(k, length), self.cap(B)), 0)
+        live = ctx.live.astype(jnp.int32)
+        state = {"steps": state["steps"] + live,
+                 "own": state["own"] + ((n > 0) & own),
+                 "datastore": state["datastore"] + ((n > 0) & ~own)}
+        return DraftTree.chain(tokens, n), state, ctx.target_cache
+
+    def update(self, params, state, ctx, n_acc, tree, path, features):
+        return state
+
+    # host side, called by generate
+    def stats(self, state) -> dict:
+        """Per-row counters: steps, and the steps that drafted from the row's own text
+        (``sssd_own``) and from the datastore (``sssd_datastore``)."""
+        return {"sssd_steps": state["steps"], "sssd_own": state["own"],
+                "sssd_datastore": state["datastore"]}
+
+    def snapshot(self):
+        return self.datastore.snapshot()
+
+    def restore(self, snap):
+        self.datastore.restore(snap)
+
+    def observe(self, prompts, outputs):
+        """After a batch: every output joins the datastore (and its file, if autosaved)."""
+        if not self.learn:
+            return
+        for out in outputs:
+            self.datastore.add(out)
+        if self.datastore.autosave and self.datastore.path is not None:
+            self.datastore.save()
+
+
+def shipped_datastore(target_lm) -> Path | None:
+    """The datastore shipped for ``target_lm`` (matched by vocabulary size and tokenizer), or
+    None."""
+    vocab, tok = target_ids(target_lm)
+    if tok is None or not SHIPPED.is_dir():
+        return None
+    for p in sorted(SHIPPED.glob("*.sssd.npz")):
+        try:
+            with np.load(p, allow_pickle=False) as z:
+                meta = json.loads(bytes(z["meta"]).decode())
+        except Exception:
+            continue
+        if meta.get("vocab_size") == vocab and meta.get("tokenizer") == tok:
+            return p
+    return None
+
+
+def _resolve_datastore(cfg: SSSDConfig, target_lm) -> tuple[Datastore, str]:
+    ds = cfg.datastore
+    if isinstance(ds, str) and ds.strip().lower() in ("", "none"):
+        ds = None
+    fresh = dict(max_order=cfg.max_order, slots=cfg.slots or EMPTY_SLOTS)
+    if isinstance(ds, Datastore):
+        return ds, "this datastore"
+    if ds is None:
+        path = shipped_datastore(target_lm)
+        if path is None:
+            return Datastore(**fresh), "this datastore"
+        return Datastore.load(path), str(path)
+    if isinstance(ds, str) and ds.strip().lower() == "empty":
+        return Datastore(**fresh), "this datastore"
+    path = Path(ds)
+    if path.is_dir():
+        tok = getattr(target_lm, "tokenizer", None)
+        sha = None
+        if tok is not None:
+            from specjax.tokenizer import tokenizer_sha256
+
+            sha = tokenizer_sha256(tok)
+        return Datastore.from_corpus(path, tokenizer_sha256=sha, max_order=cfg.max_order,
+                                     slots=cfg.slots or CORPUS_SLOTS), str(path)
+    if path.exists():
+        return Datastore.load(path, autosave=True), str(path)
+    return Datastore(path=path, autosave=True, **fresh), str(path)
+
+
+@DRAFTERS.register("sssd", config=SSSDConfig,
+                   doc="n-grams of the request and of a growing datastore, with a speculation "
+                       "budget from the machine's verify-cost curve (model-free)")
+def make_sssd(cfg: SSSDConfig, target_lm) -> SSSDDrafter:
+    ds, where = _resolve_datastore(cfg, target_lm)
+    vocab, tok = target_ids(target_lm)
+    ds.bind(vocab, tok, where)
+    if cfg.min_order > ds.max_order:
+        raise DrafterError(f"sssd: min_order ({cfg.min_order}) exceeds the datastore's "
+                           f"max_order ({ds.max_order}, {where}): it would never draft")
+    if math.isinf(cfg.budget_tol):
+        caps = (cfg.k,)
+    else:
+        from specjax import cost_curves
+
+        cost = cost_curves.measured_cost(target_lm, min(cfg.k, 16), 1)
+        caps = flat_budget(cost, float(cfg.budget_tol), cfg.k)
+    return SSSDDrafter(max_k=cfg.k, max_order=ds.max_order, min_order=cfg.min_order,
+                       min_prob=float(cfg.min_prob), max_depth=cfg.max_depth, caps=caps,
+                       learn=cfg.learn, datastore=ds)
+
+
+__all__ = ["Datastore", "SSSDConfig", "SSSDDrafter", "build_tables", "context_hash",
+           "datastore_draft", "flat_budget", "shipped_datastore"]
