@@ -165,14 +165,16 @@ def cmd_info(args) -> int:
 
 
 def demo_methods(args, lm) -> list[str]:
-    """The speculative methods ``specjax demo`` compares: ``--methods``, else prompt lookup
+    """The speculative methods ``specjax demo`` compares: ``--methods``, else the best
+    model-free drafter (``sssd`` where a datastore ships for the model, else prompt lookup)
     plus every head drafter (eagle, hydra, medusa) with a trained head shipped for the
     model."""
     if args.methods:
         return [m.strip() for m in args.methods.split(",") if m.strip() and m.strip() != "ar"]
+    from specjax.drafters.sssd import shipped_datastore
     from specjax.heads.shipped import find_shipped
 
-    out = ["prompt_lookup"]
+    out = ["sssd" if shipped_datastore(lm) is not None else "prompt_lookup"]
     for kind in ("eagle", "hydra", "medusa"):
         if find_shipped(kind, lm.model, lm.tokenizer) is not None:
             out.append(kind)
@@ -341,8 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--max-new-tokens", type=int, default=128)
     d.add_argument("--methods", "--method", dest="methods", default=None,
                    help="comma-separated speculative methods to compare with plain decoding "
-                   "(default: prompt_lookup and every head drafter with a trained head shipped "
-                   "for the model)")
+                   "(default: sssd where a datastore ships for the model, else prompt_lookup, "
+                   "and every head drafter with a trained head shipped for the model)")
     d.add_argument("--method-arg", action="append", default=[],
                    metavar="[METHOD.]KEY=VALUE")
     d.set_defaults(fn=cmd_demo)
