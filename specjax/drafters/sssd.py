@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import atomic
+from specjax.drafters import _documents
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids
 from specjax.drafters.suffix import suffix_draft
 from specjax.errors import DrafterError
@@ -219,14 +219,8 @@ class Datastore:
 
     def bind(self, vocab_size: int, tokenizer: str | None, where: str = "this datastore"):
         """Ties the datastore to a vocabulary; refuses another one."""
-        if self.vocab_size is not None and self.vocab_size != vocab_size:
-            raise DrafterError(f"sssd datastore {where} holds token ids of a vocabulary of "
-                               f"{self.vocab_size}, but the target's has {vocab_size}: it was "
-                               f"built for another model")
-        if self.tokenizer is not None and tokenizer is not None and self.tokenizer != tokenizer:
-            raise DrafterError(f"sssd datastore {where} was built with another tokenizer "
-                               f"(digest {self.tokenizer}, the target's is {tokenizer}): its "
-                               f"token ids mean other text")
+        _documents.check_binding("sssd datastore", where, self.vocab_size, self.tokenizer,
+                                 vocab_size, tokenizer)
         if self._docs:
             top = max(int(d.max()) for d in self._docs)
             if top >= vocab_size:
@@ -295,49 +289,21 @@ class Datastore:
                 "slots": self.slots, "max_tokens": self.max_tokens,
                 "vocab_size": self.vocab_size, "tokenizer": self.tokenizer,
                 "evicted": self.evicted, "source": self.source}
-        lengths = np.asarray([d.size for d in self._docs], np.int64)
-        tokens = np.concatenate(list(self._docs)) if self._docs else np.zeros((0,), np.int32)
-        with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
-            np.savez_compressed(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                                tokens=tokens.astype(np.int32), lengths=lengths)
-        return path
+        return _documents.write(path, meta, self._docs, compressed=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, autosave: bool = False, **overrides):
         """Reads a datastore written by :meth:`save`; ``max_order``, ``slots`` and
         ``max_tokens`` may override the saved ones."""
         path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(bytes(z["meta"]).decode())
-                tokens = np.asarray(z["tokens"])
-                lengths = np.asarray(z["lengths"])
-        except FileNotFoundError:
-            raise DrafterError(f"sssd datastore file {path} does not exist") from None
-        except Exception as e:
-            raise DrafterError(f"sssd datastore file {path} is not a readable datastore "
-                               f"({type(e).__name__}: {e})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DrafterError(f"{path} is not a specjax sssd datastore (format "
-                               f"{meta.get('format') if isinstance(meta, dict) else meta!r})")
-        if meta.get("version") != VERSION:
-            raise DrafterError(f"sssd datastore {path} has format version "
-                               f"{meta.get('version')!r}; this specjax reads version {VERSION}")
-        if tokens.dtype != np.int32 or tokens.ndim != 1 or lengths.ndim != 1 or \
-                int(lengths.sum()) != tokens.size or (lengths.size and lengths.min() < 1):
-            raise DrafterError(f"sssd datastore {path} is corrupt: {tokens.size} tokens "
-                               f"({tokens.dtype}) do not split into its {lengths.size} "
-                               f"document lengths")
+        meta, docs = _documents.read(path, FORMAT, VERSION, "sssd datastore", "datastore")
         vocab = meta.get("vocab_size")
-        if tokens.size and (tokens.min() < 0 or (vocab is not None and tokens.max() >= vocab)):
-            raise DrafterError(f"sssd datastore {path} is corrupt: token ids outside "
-                               f"[0, {vocab})")
         kw = {k: meta[k] for k in ("max_order", "slots", "max_tokens") if k in meta}
         kw.update({k: v for k, v in overrides.items() if v is not None})
         ds = cls(path=path, autosave=autosave, **kw)
         ds.vocab_size, ds.tokenizer = vocab, meta.get("tokenizer")
         ds.source = meta.get("source", str(path))
-        for doc in np.split(tokens, np.cumsum(lengths)[:-1]) if lengths.size else []:
+        for doc in docs:
             ds.add(doc)
         ds.evicted += int(meta.get("evicted", 0))
         return ds

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specjax import atomic
+from specjax.drafters import _documents
 from specjax.drafters.base import (DRAFTERS, StepContext, check_k, target_ids,
                                    tokenizer_digest)
 from specjax.errors import DrafterError
@@ -98,14 +98,8 @@ class SuffixCache:
 
     def bind(self, vocab_size: int, tokenizer: str | None, where: str = "this cache"):
         """Ties the cache to a vocabulary; refuses another one."""
-        if self.vocab_size is not None and self.vocab_size != vocab_size:
-            raise DrafterError(f"suffix cache {where} holds token ids of a vocabulary of "
-                               f"{self.vocab_size}, but the target's has {vocab_size}: it was "
-                               f"built for another model")
-        if self.tokenizer is not None and tokenizer is not None and self.tokenizer != tokenizer:
-            raise DrafterError(f"suffix cache {where} was built with another tokenizer "
-                               f"(digest {self.tokenizer}, the target's is {tokenizer}): its "
-                               f"token ids mean other text")
+        _documents.check_binding("suffix cache", where, self.vocab_size, self.tokenizer,
+                                 vocab_size, tokenizer)
         self.vocab_size = vocab_size
         self.tokenizer = self.tokenizer or tokenizer
 
@@ -155,12 +149,7 @@ class SuffixCache:
         meta = {"format": FORMAT, "version": VERSION, "capacity": self.capacity,
                 "vocab_size": self.vocab_size, "tokenizer": self.tokenizer,
                 "evicted": self.evicted}
-        lengths = np.asarray([d.size for d in self._docs], np.int64)
-        tokens = (np.concatenate(list(self._docs)) if self._docs else np.zeros((0,), np.int32))
-        with atomic.replacing(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
-                     tokens=tokens, lengths=lengths)
-        return path
+        return _documents.write(path, meta, self._docs)
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, capacity: int | None = None,
@@ -168,36 +157,13 @@ class SuffixCache:
         """Reads a cache written by :meth:`save`; ``capacity`` overrides the saved one (the
         oldest documents are evicted if it is smaller)."""
         path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                meta = json.loads(bytes(z["meta"]).decode())
-                tokens = np.asarray(z["tokens"])
-                lengths = np.asarray(z["lengths"])
-        except FileNotFoundError:
-            raise DrafterError(f"suffix cache file {path} does not exist") from None
-        except Exception as e:
-            raise DrafterError(f"suffix cache file {path} is not a readable cache "
-                               f"({type(e).__name__}: {e})") from None
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise DrafterError(f"{path} is not a specjax suffix cache (format "
-                               f"{meta.get('format') if isinstance(meta, dict) else meta!r})")
-        if meta.get("version") != VERSION:
-            raise DrafterError(f"suffix cache {path} has format version {meta.get('version')!r};"
-                               f" this specjax reads version {VERSION}")
-        if tokens.dtype != np.int32 or tokens.ndim != 1 or lengths.ndim != 1 or \
-                int(lengths.sum()) != tokens.size or (lengths.size and lengths.min() < 1):
-            raise DrafterError(f"suffix cache {path} is corrupt: {tokens.size} tokens "
-                               f"({tokens.dtype}) do not split into its {lengths.size} "
-                               f"document lengths")
+        meta, docs = _documents.read(path, FORMAT, VERSION, "suffix cache", "cache")
         vocab = meta.get("vocab_size")
-        if tokens.size and (tokens.min() < 0 or (vocab is not None and tokens.max() >= vocab)):
-            raise DrafterError(f"suffix cache {path} is corrupt: token ids outside "
-                               f"[0, {vocab})")
         cache = cls(int(capacity or meta.get("capacity") or 1 << 16), path=path,
                     autosave=autosave)
         cache.vocab_size, cache.tokenizer = vocab, meta.get("tokenizer")
         cache.evicted = int(meta.get("evicted", 0))
-        for doc in np.split(tokens, np.cumsum(lengths)[:-1]) if lengths.size else []:
+        for doc in docs:
             cache.add(doc)
         return cache
 
