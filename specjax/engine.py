@@ -250,8 +250,10 @@ def generate(
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []})
     observe = getattr(drafter, "observe", None)  # a drafter that learns from outputs
     carry_over = getattr(drafter, "carry_over", None)  # one that keeps its loop state
-    stats = getattr(drafter, "stats", None)  # per-row counters of its own
-    pstats = getattr(loop.policy, "stats", None) if spec else None  # the policy's (pearl)
+    # per-row counters of the drafter's and the policy's own (suffix hits, pearl's rounds)
+    stats = [(fn, field) for fn, field in (
+        (getattr(drafter, "stats", None), "draft_state"),
+        (getattr(loop.policy, "stats", None) if spec else None, "policy_state")) if fn]
     for start in range(0, len(prompts), bs):
         if (observe is not None or carry_over is not None) and start > 0:
             # what it learnt from the last batch
@@ -297,11 +299,8 @@ def generate(
                 res.extra["accepted"].append(int(mt.accepted[i]))
                 res.extra["drafted_at"].append(np.asarray(mt.drafted_at[i]).tolist())
                 res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
-        if stats is not None:
-            for name, vals in jax.device_get(stats(state.draft_state)).items():
-                res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
-        if pstats is not None:
-            for name, vals in jax.device_get(pstats(state.policy_state)).items():
+        for fn, field in stats:
+            for name, vals in jax.device_get(fn(getattr(state, field))).items():
                 res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
         res.compile_s += c1 + c2
         for i in range(n_real):
