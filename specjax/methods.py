@@ -140,6 +140,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
             accepted = sorted(d_keys | p_keys | v_keys | {"policy", "verifier"})
             raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
                                f"{', '.join(accepted)}")
+    if "cost" in d_keys:  # a drafter that weighs verify costs itself (del)
+        mode = d_args.get("cost")
+        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
+            k = int(d_args.get("k", DRAFTERS.make_config(name, {}).k))
+            d_args["cost"] = cost_curves.measured_cost(lm, k, batch, mode=mode)
     drafter = DRAFTERS.build(name, d_args, lm)
     if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
         mode = p_args.get("cost")
@@ -166,7 +171,7 @@ def describe(drafter, policy, verifier=None) -> dict:
     out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
            "verifier": getattr(verifier, "name", "exact"),
            "exact": bool(getattr(verifier, "exact", True))}
-    for f in ("exit_layer", "skip_attn", "skip_mlp", "min_ngram", "max_ngram", "description"):
+    for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram", "description"):
         if hasattr(drafter, f):
             out[f] = getattr(drafter, f)
     if getattr(drafter, "tree", None) is not None:

@@ -2,6 +2,7 @@
 
 from specjax.drafters import (  # noqa: F401
     draft_model,
+    dynamic_exit,
     eagle,
     hydra,
     medusa,

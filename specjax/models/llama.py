@@ -421,6 +421,15 @@ class Llama(nnx.Module):
         return jnp.einsum("...d,vd->...v", h.astype(self.dtype), w.astype(self.dtype),
                           preferred_element_type=jnp.float32)
 
+    def final_logits(self, x: Array) -> Array:
+        """Final norm and LM head on a block's output residual stream ``[..., D]`` (what the
+        forward does after its last block; an early exit's logits from a middle layer)."""
+        if self.exact:
+            from specjax.models.numerics import rms_norm_exact as norm
+        else:
+            norm = rms_norm
+        return self.head(norm(x, self.final_norm[...], self.cfg.rms_norm_eps))
+
     def __call__(
         self,
         tokens: Array,
