@@ -448,6 +448,26 @@ def suffix_section(d: dict) -> list[str]:
     return out + [""]
 
 
+def mesh_section(d: dict) -> list[str]:
+    """docs/results/mesh_cpu.json (scripts/bench_mesh.py): decoding on simulated meshes."""
+    out = ["## Decoding on simulated device meshes (issue 25)", "",
+           f"`{d['command']}` ({d['date']}, {d['machine']}, JAX {d['jax']}); {d['model']} "
+           f"float32, batch {d['batch']} (8 built-in prompts), {d['max_new_tokens']} new tokens, "
+           f"greedy, on {d['simulated_devices']} simulated CPU devices sharing the machine's "
+           "cores: a CPU shows what a mesh costs to compile and what its collectives add per "
+           "step, not the speed of a pod. `split`: the logical axes the sharding table split "
+           "on that mesh (SmolLM2: 9 query / 3 KV heads, MLP 1536). Identical: tokens equal to "
+           "the single-device run's.", "",
+           "| method | mesh | split | compile s | prefill s | ms / step | steps | tok/s | "
+           "identical |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in d["rows"]:
+        split = ", ".join(f"{k}->{v}" for k, v in r.get("split", {}).items()) or "-"
+        out.append(f"| {r['method']} | {r['mesh']} | {split} | {r['compile_s']:.1f} | "
+                   f"{r['prefill_s']:.3f} | {r['ms_per_step']:.1f} | {r['steps']} | "
+                   f"{r['tokens_per_s']:.1f} | {r['identical_to_one_device']} |")
+    return out + [""]
+
+
 def main():
     lines = [
         "# Benchmarks",
@@ -508,6 +528,9 @@ def main():
                                              "against plain decoding"),
                         ("bench_builtin_ngram", "The ngram drafter (suffix + prompt lookup + "
                                                 "token recycling) on the built-in prompts"),
+                        ("bench_builtin_del", "DEL on the built-in prompts: dynamic exit "
+                                              "layer and length against the fixed early exit "
+                                              "(SmolLM2-135M, not LayerSkip-trained)"),
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
@@ -529,6 +552,9 @@ def main():
     for f in sorted(RES.glob("verify_curve*.json")):
         png = f"{f.stem}.png" if (RES / f"{f.stem}.png").exists() else None
         lines += verify_curve_section(json.loads(f.read_text()), png, f.stem)
+    f = RES / "mesh_cpu.json"
+    if f.exists():
+        lines += mesh_section(json.loads(f.read_text()))
     f = RES / "sweep_self_spec.json"
     if f.exists():
         lines += sweep_section(json.loads(f.read_text()))

@@ -61,6 +61,12 @@ class KVCache:
     def with_lengths(self, lengths: jax.Array) -> "KVCache":
         return dataclasses.replace(self, lengths=jnp.asarray(lengths, jnp.int32))
 
+    def constrain(self, sharding) -> "KVCache":
+        """Every layer's K and V laid out by ``sharding`` (inside jit)."""
+        wsc = jax.lax.with_sharding_constraint
+        return KVCache(k=tuple(wsc(a, sharding) for a in self.k),
+                       v=tuple(wsc(a, sharding) for a in self.v), lengths=self.lengths)
+
     def write(self, k: tuple, v: tuple, offsets: jax.Array) -> "KVCache":
         """Writes per-layer blocks ``k[i], v[i]: [B, T, KVH, Dh]`` at ``offsets[b] + [0, T)``
         (``None`` leaves a layer as it is); writes past the end are dropped. Lengths stay."""

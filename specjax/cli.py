@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from specjax._runtime import load_for_run
@@ -95,6 +96,10 @@ def cmd_generate(args) -> int:
                    policy=policy, verifier=verifier,
                    mesh=make_mesh(args.mesh) if args.mesh else None)
     bar.close()
+    from specjax.distributed import is_main
+
+    if not is_main():  # a multi-host run: process 0 writes the output
+        return 0
     out_fh = open(args.output, "w", encoding="utf-8") if args.output else None
     total_new, total_wall = 0, 0.0
     seen_walls = set()
@@ -319,9 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--batch-size", type=int, default=1)
     g.add_argument("--cache-len", type=int, default=None)
-    g.add_argument("--mesh", default=None, metavar="data=N",
-                   help="decode on a device mesh: the rows of each batch split over N devices "
-                   "(data parallel; outputs identical to one device)")
+    g.add_argument("--mesh", default=None, metavar="data=N,model=M",
+                   help="decode on a device mesh: the rows of each batch split over the data "
+                   "axis, heads and MLP over the model axis (specjax.sharding); add "
+                   "--distributed on every host of a multi-host run")
     g.add_argument("--no-chat-template", action="store_true")
     g.add_argument("--method", default="ar",
                    help=f"decoding method: {', '.join(METHODS)} (ar = plain decoding)")
@@ -385,8 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop starting new prompt batches after this long; the summary covers "
                    "what finished (categories are sampled round robin, so alike); 0 with "
                    "--journal: run nothing, report the journal")
-    b.add_argument("--mesh", default=None, metavar="data=N",
-                   help="decode every run on a device mesh (rows split over N devices)")
+    b.add_argument("--mesh", default=None, metavar="data=N,model=M",
+                   help="decode every run on a device mesh (rows over the data axis, heads and "
+                   "MLP over the model axis)")
     b.add_argument("--policies", default=None, metavar="P1,P2,...",
                    help="policy axis: run every drafting method under each of these policies "
                    "(variants METHOD@POLICY, interleaved, against the same ar)")
@@ -589,6 +596,17 @@ def expand_config(argv: list[str], path: str) -> list[str]:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--distributed" in argv:  # a multi-host run (scripts/launch_multihost.sh): join first
+        argv.remove("--distributed")
+        from specjax.distributed import initialize
+        from specjax.errors import SpecjaxError
+
+        local = os.environ.get("SPECJAX_LOCAL_DEVICES")
+        try:
+            initialize(local_devices=int(local) if local else None)
+        except SpecjaxError as e:
+            print(f"specjax: error: {e}", file=sys.stderr)
+            return 2
     parser = build_parser()
     args = parser.parse_args(argv)
     from specjax.errors import SpecjaxError

@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 
 from specjax.buckets import bucket_length, prefill_length  # noqa: F401  (re-exported)
+from specjax.distributed import to_host
 from specjax.loop import DecodeLoop, LoopState, prefill_jit, run_jit  # noqa: F401
 from specjax.models.llama import Llama
 from specjax.sampling import SamplingParams
@@ -240,8 +241,13 @@ def generate(
     arrays = SamplingArrays(temperature=jnp.float32(sampling.temperature if not greedy else 1.0),
                             top_k=jnp.int32(sampling.top_k), top_p=jnp.float32(sampling.top_p))
     base_key = jax.random.key_data(jax.random.key(sampling.seed))
-    if place is not None:
-        params, dparams, arrays = place.replicate((params, dparams, arrays))
+    if place is not None:  # weights by the sharding table (specjax.sharding)
+        from specjax.sharding import cache_sharding, check_plan
+
+        check_plan(cfg, mesh)
+        loop = dataclasses.replace(loop, cache_sharding=cache_sharding(cfg, mesh, batch=bs))
+        params, dparams = place.weights((params, dparams), cfg)
+        arrays = place.replicate(arrays)
     spec = loop.speculative
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
@@ -259,7 +265,7 @@ def generate(
             # what it learnt from the last batch
             dparams = drafter.params()
             if place is not None:
-                dparams = place.replicate(dparams)
+                dparams = place.weights(dparams, cfg)
         chunk = prompts[start:start + bs]
         n_real = len(chunk)
         rows = chunk + [chunk[0]] * (bs - n_real)  # pad the batch with dummy rows (budget 0)
@@ -288,11 +294,10 @@ def generate(
         t_prefill = time.perf_counter() - t1 + (t1 - t0 - c1)
         t2 = time.perf_counter()
         state, c2 = call_compiled(_run_jit, loop, params, dparams, state, arrays)
-        seq = np.asarray(state.seq)
-        seq_len = np.asarray(state.seq_len)
-        lengths = np.asarray(state.cache.lengths)
+        # to_host: arrays that span hosts (a multi-host mesh) are gathered to every process
+        seq, seq_len, lengths = to_host((state.seq, state.seq_len, state.cache.lengths))
         t_decode = time.perf_counter() - t2 - c2
-        mt = jax.device_get(state.metrics)
+        mt = to_host(state.metrics)
         if spec:
             for i in range(n_real):
                 res.extra["drafted"].append(int(mt.drafted[i]))
@@ -300,7 +305,7 @@ def generate(
                 res.extra["drafted_at"].append(np.asarray(mt.drafted_at[i]).tolist())
                 res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
         for fn, field in stats:
-            for name, vals in jax.device_get(fn(getattr(state, field))).items():
+            for name, vals in to_host(fn(getattr(state, field))).items():
                 res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])
         res.compile_s += c1 + c2
         for i in range(n_real):

@@ -129,6 +129,8 @@ class DecodeLoop:
       verifier: the acceptance rule (None for plain decoding).
       greedy: argmax decoding; else sampling with the run's sampling arrays.
       eos_ids: token ids that end a row (kept in the output).
+      cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
+        sharding table's ``(batch, sequence, kv_heads, -)``); None on one device.
     """
 
     graphdef: Any
@@ -137,6 +139,7 @@ class DecodeLoop:
     verifier: Any = None
     greedy: bool = True
     eos_ids: tuple[int, ...] = ()
+    cache_sharding: Any = None
 
     @property
     def speculative(self) -> bool:
@@ -162,6 +165,8 @@ class DecodeLoop:
         K = self.K
         fs = self.features
         cache = target.init_cache(B, cache_len)
+        if self.cache_sharding is not None:
+            cache = cache.constrain(self.cache_sharding)
         positions = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
         last = (lengths - 1)[:, None]
         out = target(tokens, positions, cache, logits_index=None if fs.all_logits else last,

@@ -1,12 +1,14 @@
-"""Decoding on a device mesh (``jax.make_mesh``): data parallelism over a ``data`` axis.
+"""Decoding and training on a device mesh (``jax.make_mesh``): rows over ``data``, heads and
+MLP over ``model``.
 
-:func:`make_mesh` builds a mesh from a spec such as ``"data=4"`` (or ``{"data": 4}``); the
-engine (``generate(..., mesh=...)``, ``--mesh data=4``) splits the rows of every batch over the
-``data`` axis and replicates the weights, the drafter's parameters and the sampling settings.
-XLA's SPMD partitioner compiles the whole decode loop as one program across the devices: rows
-are independent, so each row decodes exactly as it would alone (the per-row keys make sampling
-identical too). A ``model`` axis (tensor parallelism: heads and MLP split over devices) is part
-of the mesh vocabulary but refused for now, with the reason: see issue 25 and docs/design.md.
+:func:`make_mesh` builds a mesh from a spec such as ``"data=4,model=2"`` (or a mapping); the
+engine (``generate(..., mesh=...)``, ``--mesh data=4,model=2``) splits the rows of every batch
+over the ``data`` axis and places the weights, the drafter's parameters and the KV cache by the
+sharding table of :mod:`specjax.sharding` (attention heads and MLP over ``model`` where the
+counts divide, the rest replicated). XLA's SPMD partitioner compiles the whole decode loop as
+one program across the devices: rows are independent, so on a data-only mesh each row decodes
+bit for bit as it would alone (the per-row keys make sampling identical too); a ``model`` axis
+reduces split sums across devices, so logits agree with one device to float rounding.
 """
 
 from __future__ import annotations
@@ -79,18 +81,34 @@ class Placement:
     mesh: Mesh
 
     def replicate(self, tree: Any) -> Any:
-        return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec()))
+        from specjax.distributed import put_tree
+
+        sh = NamedSharding(self.mesh, PartitionSpec())
+        return put_tree(tree, lambda path, x: sh)
 
     def rows(self, tree: Any) -> Any:
-        """Arrays whose leading axis is the batch: split over the ``data`` axis."""
-        return jax.device_put(tree, NamedSharding(self.mesh, PartitionSpec("data")))
+        """Arrays whose leading axis is the batch: split over the ``data`` axis (replicated on
+        a mesh without one)."""
+        from specjax.distributed import put_tree
+
+        spec = PartitionSpec("data") if "data" in self.mesh.shape else PartitionSpec()
+        sh = NamedSharding(self.mesh, spec)
+        return put_tree(tree, lambda path, x: sh)
+
+    def weights(self, tree: Any, cfg, table=None) -> Any:
+        """Weights (the target's, a drafter's, an optimizer state mirroring them) placed by the
+        sharding table (:mod:`specjax.sharding`): split over ``model`` where the table's rules
+        apply, replicated elsewhere."""
+        from specjax.sharding import DEFAULT_TABLE, shard_weights
+
+        return shard_weights(tree, cfg, self.mesh, table or DEFAULT_TABLE)
 
 
-def data_parallel(mesh: Mesh, batch: int) -> tuple[int, Placement]:
-    """The batch size padded to a multiple of the mesh's ``data`` axis, and the placement.
+def check_mesh(mesh: Mesh) -> dict:
+    """The axis sizes of a decoding or training mesh.
 
     Raises:
-      ConfigError: a mesh without a ``data`` axis, or with a ``model`` axis larger than 1.
+      ConfigError: not a Mesh, or axes other than ``data`` / ``model``.
     """
     if not isinstance(mesh, Mesh):
         raise ConfigError(f"mesh must be a jax.sharding.Mesh (specjax.mesh.make_mesh), got "
@@ -99,11 +117,16 @@ def data_parallel(mesh: Mesh, batch: int) -> tuple[int, Placement]:
     bad = [a for a in shape if a not in AXES]
     if bad:
         raise ConfigError(f"the mesh's axes must be among {', '.join(AXES)}, got {list(shape)}")
-    if shape.get("model", 1) > 1:
-        raise ConfigError(f"a model axis of {shape['model']} (tensor parallelism) is not "
-                          "supported yet: decode on a data-only mesh (e.g. data="
-                          f"{shape['model'] * shape.get('data', 1)})")
-    if "data" not in shape:
-        raise ConfigError(f"the mesh needs a 'data' axis to split rows over, got {list(shape)}")
-    dp = shape["data"]
+    return shape
+
+
+def data_parallel(mesh: Mesh, batch: int) -> tuple[int, Placement]:
+    """The batch size padded to a multiple of the mesh's ``data`` axis (1 when it has none),
+    and the placement.
+
+    Raises:
+      ConfigError: see :func:`check_mesh`.
+    """
+    shape = check_mesh(mesh)
+    dp = shape.get("data", 1)
     return -(-batch // dp) * dp, Placement(mesh)

@@ -189,7 +189,7 @@ def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision):
 # numerics diverge most) and a draft model with a tree on w8a8
 IDENTITY = [(d, p) for p in PRECISIONS for d in (
     "prompt_lookup", "draft_model", "eagle", "early_exit", "layer_skip", "medusa", "hydra",
-    "token_recycling", "stand")]
+    "token_recycling", "stand", "del")]
 QUICK = [("prompt_lookup", "bfloat16")]
 DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"}}
 

@@ -39,6 +39,43 @@ def test_data_parallel_training_equals_one_device_and_resumes_on_another_mesh():
     assert _run(script=TRAIN_CHECK) == {"mismatch": []}
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("quick", [pytest.param(True, id="quick"),
+                                   pytest.param(False, id="full", marks=pytest.mark.long)])
+def test_two_processes_decode_like_one_device(quick):
+    """Two processes joined by jax.distributed (4 simulated CPU devices each): meshes spanning
+    both give one device's tokens, and both processes return the same result (quick: plain
+    decoding, greedy; full: prompt lookup and sampling too)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    addr = f"localhost:{_free_port()}"
+    script = Path(__file__).with_name("multihost_check.py")
+    flags = ["--quick"] if quick else []
+    procs = [subprocess.Popen([sys.executable, str(script), addr, "2", str(i), *flags],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=Path(__file__).parent) for i in range(2)]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=900)
+            assert p.returncode == 0, err[-3000:]
+            outs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            p.kill()
+    assert [o["process"] for o in outs] == [0, 1] and [o["main"] for o in outs] == [True, False]
+    assert all(o["devices"] == 8 and o["local"] == 4 for o in outs)
+    assert outs[0]["mismatch"] == [] and outs[1]["mismatch"] == []
+    assert outs[0]["tokens"] == outs[1]["tokens"] and len(outs[0]["tokens"]) == (2 if quick
+                                                                                 else 8)
+
+
 def test_mesh_specs_and_errors():
     assert parse_mesh_spec("data=4, model=1") == {"data": 4, "model": 1}
     with pytest.raises(ConfigError, match="AXIS=SIZE"):
@@ -54,3 +91,20 @@ def test_mesh_specs_and_errors():
     assert data_parallel(m, 3)[0] == 3
     with pytest.raises(ConfigError, match="must be a jax.sharding.Mesh"):
         data_parallel({"data": 2}, 2)
+
+
+def test_sharding_table_and_launch_arguments():
+    from specjax.distributed import initialize
+    from specjax.sharding import ShardingTable, plan
+
+    with pytest.raises(ConfigError, match="ShardingTable.heads must be one of data, model"):
+        ShardingTable(heads="rows")
+    from specjax.config import tiny_config
+
+    p = plan(tiny_config(), make_mesh("data=1"))  # one device: nothing split, nothing to say
+    assert all(v == {"axis": None} for v in p.values())
+    with pytest.raises(ConfigError, match="together"):
+        initialize("localhost:1234", None, None)
+    with pytest.raises(ConfigError, match=r"process_id must be in \[0, num_processes\)"):
+        initialize("localhost:1234", 2, 2)
+

@@ -20,6 +20,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from specjax.distributed import is_main
+
 
 def _clean(v: Any):
     """A JSON-safe scalar: numpy/jax scalars -> float; NaN/inf -> None."""
@@ -36,7 +38,7 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Drops lines logged after ``step``: a resumed run restarts from the checkpoint at
         ``step`` and logs the later steps again (a crashed run may have logged past it)."""
-        if not self.path.exists():
+        if not self.path.exists() or not is_main():
             return
         keep = [ln for ln in self.read() if ln.get("step", 0) <= step]
         self.path.write_text("".join(json.dumps(ln) + "\n" for ln in keep), encoding="utf-8")
@@ -62,9 +64,10 @@ class MetricsLog:
                "metrics": {k: _clean(v) for k, v in sorted(metrics.items())},
                **{k: (_clean(v) if v is not None else None) for k, v in extra.items()},
                "elapsed": round(float(elapsed), 3)}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(rec) + "\n")
+        if is_main():  # a multi-host run: one process writes
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(rec) + "\n")
         return rec
 
 

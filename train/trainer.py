@@ -38,6 +38,7 @@ from specjax.errors import ConfigError, DataError
 from specjax.train.batches import BatchIterator, Corpus, eval_batches, tokenizer_sha256
 from specjax.train.checkpoint import Checkpointer, StopOnSignal
 from specjax.train.config import RESUMABLE_CHANGES, TrainConfig
+from specjax.distributed import is_main
 from specjax.train.metrics import MetricsLog, plot_curves
 from specjax.train.task import TASKS
 
@@ -90,26 +91,27 @@ def make_eval_step(task) -> Callable:
 
 
 def train_placement(config: TrainConfig):
-    """The :class:`specjax.mesh.Placement` of a data-parallel run (None on one device).
+    """The :class:`specjax.mesh.Placement` of a run on a mesh (None on one device): examples
+    over ``data``, the head's, the frozen target's and the optimizer's weights by the sharding
+    table (split over ``model`` where it applies).
 
     Raises:
-      ConfigError: a mesh with a ``model`` axis > 1, or one that needs more devices than
-        are visible (naming both).
+      ConfigError: a bad mesh, or one that needs more devices than are visible (naming both).
     """
     if config.mesh is None:
         return None
-    from specjax.mesh import Placement, make_mesh
+    from specjax.mesh import Placement, check_mesh, make_mesh
 
     mesh = make_mesh(config.mesh)
-    shape = dict(mesh.shape)
-    if shape.get("model", 1) > 1:
-        n = shape["model"] * shape.get("data", 1)
-        raise ConfigError(f"TrainConfig.mesh {config.mesh!r}: a model axis (heads sharded "
-                          f"over devices) is not supported for training yet; train "
-                          f"data-parallel (e.g. mesh='data={n}')")
-    if "data" not in shape:
-        raise ConfigError(f"TrainConfig.mesh {config.mesh!r} needs a 'data' axis")
+    try:
+        check_mesh(mesh)
+    except ConfigError as e:
+        raise ConfigError(f"TrainConfig.mesh {config.mesh!r}: {e}") from None
     return Placement(mesh)
+
+
+def _cfg_of(lm):
+    return getattr(getattr(lm, "model", lm), "cfg")
 
 
 def _load_model(config: TrainConfig):
@@ -218,9 +220,10 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
     tx, schedule = make_optimizer(config)
     opt_state = tx.init(params)
     place = train_placement(config)
-    if place is not None:  # replicated: a resumed run restores onto this mesh
-        params, opt_state, frozen = place.replicate((params, opt_state, frozen))
-        say(f"training data-parallel on the mesh {dict(place.mesh.shape)}")
+    if place is not None:  # placed by the table: a resumed run restores onto this mesh
+        params, opt_state, frozen = place.weights((params, opt_state, frozen), _cfg_of(lm))
+        say(f"training on the mesh {dict(place.mesh.shape)} (examples over 'data', weights "
+            f"by the sharding table)")
 
     ckpt = Checkpointer(ckpt_dir, config.keep_checkpoints)
     try:
@@ -331,8 +334,13 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
                     "target_config": json.loads(json.dumps(lm.config.to_dict(), default=str)),
                     "tokenizer_sha256": tok_sha, "step": step, "val_loss": summary["val_loss"],
                     "val_metrics": summary["val_metrics"], "train_config": config.to_dict()}
-            task.save_head(params, head, meta)
-        if curves is not None and not plotted[0]:
+            if jax.process_count() > 1:  # gathered on every process (a collective) ...
+                from specjax.distributed import to_host
+
+                params = jax.tree_util.tree_map(jnp.asarray, to_host(params))
+            if is_main():  # ... written by one
+                task.save_head(params, head, meta)
+        if curves is not None and not plotted[0] and is_main():
             plotted[0] = _plot(log.path, curves, config, say)
         if not finished:
             reason = stopped or "max_steps_this_run"

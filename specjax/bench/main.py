@@ -269,6 +269,10 @@ def write_batch_tables(config: BenchConfig, lm, summary: dict, methods: list[str
 def _save(result: dict, config, plotter) -> int:
     """Writes the result JSON to ``config.output`` and its plot to ``config.plot`` (each when
     asked for)."""
+    from specjax.distributed import is_main
+
+    if not is_main():  # a multi-host run: process 0 writes the results
+        return 0
     if config.output:
         Path(config.output).parent.mkdir(parents=True, exist_ok=True)
         Path(config.output).write_text(json.dumps(result, indent=2))
