@@ -20,8 +20,7 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from specjax.errors import ConfigError
-
-AXES = ("data", "model")
+from specjax.sharding import AXES  # noqa: F401  (the mesh axes specjax names; re-exported)
 
 
 def parse_mesh_spec(spec: str | Mapping[str, int]) -> dict[str, int]:

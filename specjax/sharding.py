@@ -42,6 +42,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from specjax.errors import ConfigError
 
+AXES = ("data", "model")  # the mesh axes specjax names (specjax.mesh re-exports them)
 LOGICAL = ("batch", "heads", "kv_heads", "mlp", "vocab", "embed", "sequence")
 
 # logical axes of each weight, by name (the last component of its path); "qkv" is the stacked
@@ -78,8 +79,6 @@ class ShardingTable:
     sequence: str | None = None
 
     def __post_init__(self):
-        from specjax.mesh import AXES
-
         for f in LOGICAL:
             v = getattr(self, f)
             if v is not None and v not in AXES:

@@ -135,7 +135,9 @@ def test_identical_flag_catches_a_wrong_method(tmp_path, tiny_gguf, prompts_file
         return res
 
     monkeypatch.setattr(specjax.engine, "generate", corrupt)
-    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file)
+    # one repeat of one category (suite time; the flag is computed the same way for any size)
+    res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--repeats", "1",
+                                                                  "--categories", "code"])
     flags = {(r["method"], r["category"]): r["identical_to_ar"] for r in res["rows"]}
     assert flags[("early_exit", "ALL")] is False
     assert flags[("prompt_lookup", "ALL")] is True

@@ -142,7 +142,7 @@ def test_greedy_equals_plain_decoding(target):
     # a confident prior keeps every row drafting (the random model accepts little), so the
     # per-row layers and lengths all run; the default prior backs off
     for kw, sizes in ((dict(prior=0.9, prior_weight=50.0, decay=1.0), (1, 3)),
-                      ({}, (8,))):
+                      ({}, (3,))):
         d = drafters.make("del", target, k=3, **kw)
         for bs in sizes:
             res = generate(target, ps, max_new_tokens=16, drafter=d, batch_size=bs)
