@@ -35,8 +35,10 @@ def test_data_parallel_decoding_is_identical_every_method():
     assert _run() == {"mismatch": []}
 
 
-def test_data_parallel_training_equals_one_device_and_resumes_on_another_mesh():
-    assert _run(script=TRAIN_CHECK) == {"mismatch": []}
+@pytest.mark.parametrize("quick", [pytest.param(True, id="quick"),
+                                   pytest.param(False, id="full", marks=pytest.mark.long)])
+def test_training_on_meshes_equals_one_device_and_resumes_on_another_mesh(quick):
+    assert _run(*(["--quick"] if quick else []), script=TRAIN_CHECK) == {"mismatch": []}
 
 
 def _free_port() -> int:

@@ -185,15 +185,18 @@ def test_greedy_tree_verify_rule():
 
 # ----------------------------------------------------------------------------- greedy = plain
 
-BUILDERS = [
-    ("early_exit", dict(k=3, exit_layer=2, tree="topk")),
+BUILDERS = [  # the top-k tree runs under -m long (suite time: eagle and draft model cover
+    # top-k trees by default in tests/test_eagle.py and the cache invariant of test_speculative)
+    pytest.param("early_exit", dict(k=3, exit_layer=2, tree="topk"), marks=pytest.mark.long),
     ("early_exit", dict(k=3, exit_layer=1, tree="dynamic")),
     ("draft_model", dict(k=3, layers=2, tree="fixed:0,1,0.0,0.1,1.0,0.0.0")),
     ("layer_skip", dict(k=2, tree="levels:3.4")),
 ]
 
 
-@pytest.mark.parametrize("name, kw", BUILDERS, ids=[f"{n}-{kw['tree']}" for n, kw in BUILDERS])
+@pytest.mark.parametrize("name, kw", BUILDERS, ids=[
+    f"{b.values[0]}-{b.values[1]['tree']}" if hasattr(b, "values") else f"{b[0]}-{b[1]['tree']}"
+    for b in BUILDERS])
 def test_greedy_tree_decoding_equals_plain(target, name, kw):
     ps = mixed_prompts(4, seed=1)
     ref = generate(target, ps, max_new_tokens=14).tokens

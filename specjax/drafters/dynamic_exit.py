@@ -233,8 +233,12 @@ class DynamicExitDrafter:
 
     # host side, called by generate
     def stats(self, state) -> dict:
-        """Steps that drafted at each candidate exit layer, per row (``del_layer<l>``)."""
-        return {f"del_layer{x}": state["drafts"][:, i] for i, x in enumerate(self.exit_layers)}
+        """Per row: steps that drafted at each candidate exit layer (``del_layer<l>``) and the
+        final acceptance estimate of each, in thousandths (``del_alpha<l>``)."""
+        alpha = jnp.round(1000 * self.alpha(state)).astype(jnp.int32)
+        out = {f"del_layer{x}": state["drafts"][:, i] for i, x in enumerate(self.exit_layers)}
+        out.update({f"del_alpha{x}": alpha[:, i] for i, x in enumerate(self.exit_layers)})
+        return out
 
 
 def default_candidates(num_layers: int) -> tuple[int, ...]:
