@@ -1,7 +1,8 @@
 """Run in a subprocess with 8 simulated CPU devices (tests/test_mesh.py): decoding on meshes
 (8,1), (4,2), (2,4) and (1,8) (data, model) gives every row what one device gives. Prints one
 JSON line. ``--quick``: prompt lookup, greedy, on data=4,model=2 and a padded batch on data=2; without it every case (plain decoding, prompt lookup, EAGLE, Token Recycling, STAND,
-DEL; greedy and sampling; every mesh shape): about 15 minutes on a 2-core CPU.
+DEL, draft model, early exit, Medusa; greedy and sampling; every mesh shape): about 22 minutes
+on a 2-core CPU (``--only=a,b`` runs some methods).
 
 The tiny target has 4 query heads, 2 KV heads and an MLP of 128: model=2 splits attention
 (and the cache's KV heads) and the MLP; model=4 splits the query side (``wo``) and the MLP,
@@ -34,7 +35,12 @@ def main(quick: bool):
     out = {"mismatch": []}
     runs = (("ar", {}), ("prompt_lookup", {}), ("eagle", {"head": "random"}),
             ("token_recycling", {}), ("stand", {"buckets": "1024"}),
-            ("del", {"prior": "0.9", "prior_weight": "50"}))
+            ("del", {"prior": "0.9", "prior_weight": "50"}),
+            ("draft_model", {}), ("early_exit", {"exit_layer": "2"}),
+            ("medusa", {"head": "random"}), ("hydra", {"head": "random"}),
+            # learn=false: these drafters learn from every call's outputs, so a later call
+            # drafts differently and samples differently (greedy output would still match)
+            ("suffix", {"learn": "false"}), ("sssd", {"datastore": "empty", "learn": "false"}))
     samplings = (SamplingParams(), SamplingParams(temperature=1.0, seed=3))
     specs = ("data=8", "data=4", "data=2", "data=4,model=2", "data=2,model=4", "model=8")
     if quick:  # the default test run: prompt lookup, greedy, data=4,model=2 (rows and heads)
