@@ -94,6 +94,14 @@ def _fold_legacy_tree_keys(name: str, args: dict) -> dict:
     return out
 
 
+def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
+    """``args["cost"]``: the verify-cost curve of this machine and target unless the caller
+    gave one (numbers or a file); a mode (auto / builtin / refresh) picks how it is got."""
+    mode = args.get("cost")
+    if mode is None or str(mode).strip().lower() in cost_curves.MODES:
+        args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode)
+
+
 def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
@@ -141,15 +149,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
             raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
                                f"{', '.join(accepted)}")
     if "cost" in d_keys:  # a drafter that weighs verify costs itself (del)
-        mode = d_args.get("cost")
-        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
-            k = int(d_args.get("k", DRAFTERS.make_config(name, {}).k))
-            d_args["cost"] = cost_curves.measured_cost(lm, k, batch, mode=mode)
+        _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
+                            batch)
     drafter = DRAFTERS.build(name, d_args, lm)
     if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
-        mode = p_args.get("cost")
-        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
-            p_args["cost"] = cost_curves.measured_cost(lm, drafter.max_k, batch, mode=mode)
+        _fill_measured_cost(p_args, lm, drafter.max_k, batch)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
     # head shipped for this very drafter, when none is given)
     fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)
@@ -171,7 +175,8 @@ def describe(drafter, policy, verifier=None) -> dict:
     out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
            "verifier": getattr(verifier, "name", "exact"),
            "exact": bool(getattr(verifier, "exact", True))}
-    for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram", "description"):
+    for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram",
+              "description"):
         if hasattr(drafter, f):
             out[f] = getattr(drafter, f)
     if getattr(drafter, "tree", None) is not None:

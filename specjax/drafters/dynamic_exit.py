@@ -147,6 +147,15 @@ class DynamicExitDrafter:
         w = self.prior_weight
         return (state["match"] + self.prior * w) / (state["seen"] + w)
 
+    def _observe(self, state, col, matched, compared):
+        """Adds ``matched`` of ``compared`` comparisons (per row) to the candidates ``col``
+        (``bool[B, C]``), older evidence decayed."""
+        m = jnp.asarray(matched, jnp.float32)
+        n = jnp.broadcast_to(jnp.asarray(compared, jnp.float32), m.shape)
+        match, seen = state["match"], state["seen"]
+        return {**state, "match": jnp.where(col, self.decay * match + m[:, None], match),
+                "seen": jnp.where(col, self.decay * seen + n[:, None], seen)}
+
     def _shadow(self, target, state):
         """One candidate layer's shadow token at the last step's first position, every
         ``shadow_every`` steps (round robin over the candidates)."""
@@ -160,9 +169,7 @@ class DynamicExitDrafter:
             tok = jnp.argmax(target.final_logits(h), axis=-1).astype(jnp.int32)
             hit = ((tok == s["root_token"]) & s["have_root"]).astype(jnp.float32)
             col = (jnp.arange(C) == c)[None] & s["have_root"][:, None]
-            match = jnp.where(col, self.decay * s["match"] + hit[:, None], s["match"])
-            seen = jnp.where(col, self.decay * s["seen"] + 1.0, s["seen"])
-            return {**s, "match": match, "seen": seen}
+            return self._observe(s, col, hit, 1.0)
 
         return jax.lax.cond(due, look, lambda s: s, state)
 
@@ -188,13 +195,13 @@ class DynamicExitDrafter:
                 o = target(tokens, positions, cache, exit_layer=exit_at, hidden_layers=hidden_at,
                            compute_logits=False, defer_cache_write=True)
                 hs = jnp.stack(o.hidden + (jnp.zeros_like(o.hidden[0]),) * (C - j - 1))
+                def every_layer(new):  # zeros up to the deepest candidate, None past it
+                    return tuple(new[i] if i < exit_at else
+                                 (jnp.zeros_like(new[0]) if i < top else None)
+                                 for i in range(L))
+
                 nk, nv = o.new_kv
-                ref_k = nk[0]
-                ks = tuple(nk[i] if i < exit_at else
-                           (jnp.zeros_like(ref_k) if i < top else None) for i in range(L))
-                vs = tuple(nv[i] if i < exit_at else
-                           (jnp.zeros_like(ref_k) if i < top else None) for i in range(L))
-                return hs[:, :, -1], ks, vs  # [C, B, D]
+                return hs[:, :, -1], every_layer(nk), every_layer(nv)  # hs: [C, B, D]
 
             return run
 
@@ -220,15 +227,14 @@ class DynamicExitDrafter:
         drafted = d > 0
         col = (jnp.arange(C)[None] == state["layer"][:, None]) & drafted[:, None]
         compared = jnp.minimum(n_acc + 1, d).astype(jnp.float32)
-        match = jnp.where(col, self.decay * state["match"] + n_acc[:, None], state["match"])
-        seen = jnp.where(col, self.decay * state["seen"] + compared[:, None], state["seen"])
+        state = self._observe(state, col, n_acc, compared)
         # the step's first position: hidden states at every candidate, and the token the
         # target emitted after it (committed length now = old length + n_acc + 1)
         B = n_acc.shape[0]
         root = jnp.stack([h[:, 0] for h in features.hidden], axis=1)
         at = jnp.clip(ctx.target_cache.lengths - n_acc, 0, ctx.seq.shape[1] - 1)
         token = ctx.seq[jnp.arange(B), at]
-        return {**state, "match": match, "seen": seen, "root": root.astype(state["root"].dtype),
+        return {**state, "root": root.astype(state["root"].dtype),
                 "root_token": token, "have_root": ctx.live}
 
     # host side, called by generate
