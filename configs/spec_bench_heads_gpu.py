@@ -1,8 +1,10 @@
-"""The GPU-trained EAGLE-3 head (shipped 2026-11-26) against plain decoding on Spec-Bench:
-configs/spec_bench_heads.py (10 questions per category, 128 new tokens, greedy, batch 1,
-float32; a chain of k = 3 and an EAGLE-2 dynamic tree of 7 nodes; issue 21's benchmark, first
-run on the CPU-trained head) with a journal and results of its own. Journaled: rerun the same
-command to continue (`--time-limit MINUTES` per session)."""
+"""The second GPU-trained EAGLE-3 head (`gpu2`, shipped 2026-11-26 until `gpu3` replaced it)
+against plain decoding on Spec-Bench: configs/spec_bench_heads.py (10 questions per category,
+128 new tokens, greedy, batch 1, float32; a chain of k = 3 and an EAGLE-2 dynamic tree of 7
+nodes; issue 21's benchmark, first run on the CPU-trained head) with a journal and results of
+its own. Its recorded results are `gpu2`'s; the config measures the shipped head, so it
+reproduces them only with `--method-arg eagle.head=DIR` naming that head (in git: the shipped
+head of commit e7ebc4e). Journaled: rerun the same command to continue (`--time-limit MINUTES`)."""
 
 import dataclasses
 from pathlib import Path

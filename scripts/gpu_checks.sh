@@ -21,6 +21,10 @@
 #   numerics      tests/numerics_checks.py, its whole grid (-m "long or not long"), on the
 #                 GPU's kernels: exact numerics bit for bit (issue 22); the real-model cases
 #                 need the SmolLM2 package installed, and are skipped without it
+#   numerics_cases  the same grid one case at a time, each cut at $CASE_TIMEOUT seconds
+#                 (default 60), bfloat16 and w8a8 first: OUTDIR/numerics_cases.tsv says per
+#                 case passed / failed / cut and the seconds it took (float32 at batch 8 ran
+#                 past 200 s on an H100 and an H200 and hid the rest of the grid)
 #   exactness     scripts/measure_exactness.py on the GPU: the price of exact numerics and
 #                 the identity of prompt lookup with plain decoding, for the precisions in
 #                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
@@ -93,6 +97,21 @@ if has numerics; then
   XLA_FLAGS="" timeout $limit $py -P -m pytest tests/numerics_checks.py -q -p no:cacheprovider \
     -m "${NUMERICS_MARK:-long or not long}" -rs --junitxml="$out/numerics.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+
+if has numerics_cases; then
+  ids=$(XLA_FLAGS="" $py -P -m pytest tests/numerics_checks.py -q -p no:cacheprovider \
+    --collect-only -m "${NUMERICS_MARK:-long or not long}" 2>/dev/null | grep '::' \
+    | awk '/bfloat16|w8a8/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
+  for id in $ids; do
+    t0=$(date +%s)
+    XLA_FLAGS="" timeout -k 5 ${CASE_TIMEOUT:-60} $py -P -m pytest "$id" -q -p no:cacheprovider \
+      >> "$out/numerics_cases.log" 2>&1
+    rc=$?
+    case $rc in 0) r=passed ;; 124|137) r=cut ;; *) r=failed; status=1 ;; esac
+    printf '%s\t%s\t%d\n' "$id" "$r" "$(( $(date +%s) - t0 ))" \
+      | tee -a "$out/numerics_cases.tsv" | tee -a "$log"
+  done
 fi
 
 if has decode_bench; then

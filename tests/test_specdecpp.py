@@ -256,3 +256,43 @@ def test_default_acc_head_is_the_one_shipped_for_this_drafter(target, tmp_path, 
     assert acceptance.drafter_digest(fresh) == acceptance.drafter_digest(fresh) == \
         acceptance.drafter_digest(d)
     assert len(calls) == 1  # `d`'s digest was cached when its head was written
+
+
+def test_pool_prompts_go_past_a_finished_corpus(tmp_path):
+    """A corpus that answered its whole pool still yields prompts for acceptance heads: the
+    same pool recipe's candidates that pool.jsonl does not hold, overlap-checked and
+    length-capped as the corpus's were; a missing evaluation set and too small a pool are
+    errors that say so."""
+    from specjax.errors import DataError
+    from specjax.train.acceptance import pool_prompts
+    from specjax.train.pool import build_pool, normalize
+
+    items = build_pool(0, 40, ["topics"], log=lambda *a: None)
+    data = tmp_path / "corpus"
+    data.mkdir()
+    manifest = {"num_records": 12, "config": {"seed": 0, "sources": ["topics"],
+                                              "max_prompt_tokens": 30, "chat": True},
+                "pool": {"candidates": 40, "checked_against": ["builtin"]}}
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    (data / "pool.jsonl").write_text("".join(
+        json.dumps({"id": it.id, "prompt": it.prompt}) + "\n" for it in items[:12]))
+    tok = _StubTokenizer()
+    got = pool_prompts(data, tok, 5)
+    answered = {normalize(it.prompt) for it in items[:12]}
+    fresh = [it for it in build_pool(0, 80, ["topics"], log=lambda *a: None)
+             if normalize(it.prompt) not in answered]
+    assert [g["tokens"] for g in got] == [tok.encode_chat(it.prompt) for it in fresh[:5]]
+    # a pool that is not used up is read first
+    manifest["num_records"] = 10
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    got = pool_prompts(data, tok, 3)
+    assert [g["id"] for g in got[:2]] == [it.id for it in items[10:12]]
+    assert got[2]["tokens"] == tok.encode_chat(fresh[0].prompt)
+    manifest["config"]["max_prompt_tokens"] = 1  # every candidate too long
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="only 0 prompts.*asks for 1 more"):
+        pool_prompts(data, tok, 3)
+    manifest["pool"]["checked_against"] = [f"jsonl:{tmp_path / 'gone.jsonl'}"]
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="overlap check"):
+        pool_prompts(data, tok, 5)

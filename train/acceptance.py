@@ -12,7 +12,8 @@ Two stages, both in ``--out DIR``:
    ``i == n_acc``; later positions are left out (they are conditioned on a rejected token, which
    the policy never sees: it only asks for tokens whose predecessors it expects accepted). The
    labels are greedy verification's 0/1 events. Prompts come from the corpus's prompt pool
-   (``pool.jsonl``) *past* the records already answered in the corpus, so that a drafter
+   (``pool.jsonl``) *past* the records already answered in the corpus (for a finished corpus:
+   the same pool recipe's candidates that ``pool.jsonl`` does not hold), so that a drafter
    trained on the corpus is measured on prompts it never saw.
 2. **Fit** (seconds): the head's MLP on those samples with Optax (AdamW, warm-up + cosine,
    global-norm clipping), loss the paper's weighted binary cross-entropy (rejections weighted
@@ -316,34 +317,80 @@ def add_flags(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
-def pool_prompts(data: str | Path, tokenizer, n: int) -> list[dict]:
-    """``n`` prompts of the corpus's pool that the corpus has not answered yet."""
+def pool_prompts(data: str | Path, tokenizer, n: int,
+                 log=lambda *a: None) -> list[dict]:
+    """``n`` prompts that the corpus in ``data`` has not answered: its pool (``pool.jsonl``)
+    past the answered records first; when that runs out (a finished corpus answers its whole
+    pool), candidates of the same pool recipe (seed, sources, the same overlap check against
+    the evaluation sets its manifest names, the same prompt-length cap) that are not in
+    ``pool.jsonl``, in the deterministic order of a pool twice the corpus's draw.
+
+    Raises:
+      DataError: not a corpus directory, a damaged manifest or pool, an evaluation set the
+        overlap check needs that is missing, or fewer than ``n`` such prompts.
+    """
     d = Path(data)
     mf, pf = d / "manifest.json", d / "pool.jsonl"
     for f in (mf, pf):
         if not f.is_file():
             raise DataError(f"{f}: missing: {d} is not a corpus directory (specjax train data)")
     try:
-        done = int(json.loads(mf.read_text())["num_records"])
+        manifest = json.loads(mf.read_text())
+        done = int(manifest["num_records"])
     except (ValueError, KeyError, TypeError) as e:
         raise DataError(f"{mf}: cannot read num_records ({e})") from None
-    out = []
+    out, seen = [], []
     with pf.open(encoding="utf-8") as f:
         for i, line in enumerate(f):
-            if i < done:
-                continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{pf}: line {i + 1} is not JSON ({e})") from None
+            seen.append(rec["prompt"])
+            if i < done or len(out) == n:
+                continue
             out.append({"id": rec.get("id", str(i)),
                         "tokens": tokenizer.encode_chat(rec["prompt"])})
-            if len(out) == n:
-                break
     if len(out) < n:
-        raise DataError(f"{pf}: only {len(out)} prompts past the corpus's {done} answered "
-                        f"records, --num-prompts asks for {n}")
+        log(f"{pf}: {len(out)} prompts past the corpus's {done} answered records; drawing "
+            f"{n - len(out)} more from the pool's unselected candidates")
+        out += _unselected_candidates(manifest, mf, seen, tokenizer, n - len(out))
     return out
+
+
+def _unselected_candidates(manifest: dict, mf: Path, seen: list[str], tokenizer,
+                           n: int) -> list[dict]:
+    """``n`` prompts of the corpus's pool recipe that its ``pool.jsonl`` does not hold."""
+    from specjax.train.pool import build_pool, filter_overlaps, load_eval_prompts, normalize
+    try:
+        cfg, info = manifest["config"], manifest["pool"]
+        seed, sources = int(cfg["seed"]), list(cfg["sources"])
+        cap, chat = int(cfg["max_prompt_tokens"]), bool(cfg.get("chat", True))
+        specs, want = list(info["checked_against"]), int(info["candidates"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{mf}: cannot read the pool recipe ({e!r})") from None
+    try:
+        evals = load_eval_prompts(specs)
+    except (OSError, DataError, ValueError) as e:
+        raise DataError(f"{mf}: the corpus's pool is used up and more candidates need the "
+                        f"overlap check against {specs}, which failed: {e}") from None
+    taken = {normalize(p) for p in seen}
+    encode = tokenizer.encode_chat if chat else tokenizer.encode
+    # twice the corpus's draw, whatever n is: the same prompts for every --num-prompts
+    cands = build_pool(seed, 2 * want, sources, log=lambda *a: None)
+    kept, _ = filter_overlaps(cands, evals)
+    out = []
+    for it in kept:
+        if normalize(it.prompt) in taken:
+            continue
+        toks = encode(it.prompt)
+        if len(toks) > cap:
+            continue
+        out.append({"id": it.id, "tokens": tokenizer.encode_chat(it.prompt)})
+        if len(out) == n:
+            return out
+    raise DataError(f"{mf}: only {len(out)} prompts of the pool recipe are neither answered "
+                    f"nor in pool.jsonl, --num-prompts asks for {n} more")
 
 
 def main(args) -> int:
@@ -382,7 +429,7 @@ def main(args) -> int:
                               f"({', '.join(diff)} differ): use another --out")
     else:
         atomic.write_text(kf, json.dumps(key, indent=2, default=str))
-    prompts = pool_prompts(args.data, lm.tokenizer, args.num_prompts)
+    prompts = pool_prompts(args.data, lm.tokenizer, args.num_prompts, log=say)
     t0 = time.perf_counter()
     n_chunks = (len(prompts) + args.chunk - 1) // args.chunk
     for c in range(n_chunks):
