@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 import types
 
 
@@ -41,6 +39,7 @@ def main() -> None:
 
     from specjax import methods
     from specjax.bench.machine import machine_description, utc_now
+    from specjax.bench.timing import median_seconds
     from specjax.data.builtin import BUILTIN
     from specjax.drafters.base import StepContext, tree_spec
     from specjax.features import Features, from_output
@@ -57,14 +56,8 @@ def main() -> None:
            "machine": machine_description(), "device": str(jax.devices()[0]),
            "context": a.context, "vocab_size": V, "rows": []}
 
-    def timed(f, *args):
-        jax.block_until_ready(f(*args))
-        ts = []
-        for _ in range(a.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3
+    def timed(f, *args):  # milliseconds
+        return median_seconds(f, *args, repeats=a.repeats) * 1e3
 
     def nbytes(tree) -> int:
         return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree)

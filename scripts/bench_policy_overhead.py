@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -44,6 +42,7 @@ def main() -> None:
 
     from specjax import methods
     from specjax.bench.machine import machine_description, utc_now
+    from specjax.bench.timing import median_seconds
     from specjax.drafters.base import StepContext
     from specjax.loop import chain_kld
     from specjax.models.loaders import load
@@ -57,14 +56,8 @@ def main() -> None:
            "machine": machine_description(), "device": str(jax.devices()[0]), "k": a.k,
            "rows": []}
 
-    def timed(f, *args):
-        jax.block_until_ready(f(*args))
-        ts = []
-        for _ in range(a.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(f(*args))
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts) * 1e3
+    def timed(f, *args):  # milliseconds
+        return median_seconds(f, *args, repeats=a.repeats) * 1e3
 
     tmp = Path(tempfile.mkdtemp())
     extra = {"confidence": {}, "gammatune+": {}}

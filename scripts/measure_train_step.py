@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from specjax.bench.timing import median_seconds
 
 
 def main() -> None:
@@ -58,13 +58,7 @@ def main() -> None:
         return optax.apply_updates(params, upd), opt_state, loss
 
     def timed(fn):
-        jax.block_until_ready(fn())  # compile + warm
-        ts = []
-        for _ in range(a.repeats):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            ts.append(time.perf_counter() - t0)
-        return statistics.median(ts)
+        return median_seconds(fn, repeats=a.repeats)
 
     t_target = timed(lambda: target_only(frozen, batch["tokens"]))
     t_step = timed(lambda: step(params, opt_state, frozen, batch))

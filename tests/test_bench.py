@@ -582,3 +582,16 @@ def test_bench_mesh_flag(tmp_path, tiny_gguf, prompts_file, capsys):
     assert main(["bench", "--model", str(tiny_gguf), "--prompts", str(prompts_file),
                  "--mesh", "data=64"]) == 2
     assert "needs 64 devices" in capsys.readouterr().err
+
+
+def test_median_seconds_times_after_one_warm_call(monkeypatch):
+    """The scripts' timing rule: one untimed call, then the median of `repeats` timed ones."""
+    from specjax.bench import timing
+
+    clock = iter([0.0, 3.0, 10.0, 11.0, 20.0, 25.0])  # timed calls of 3, 1 and 5 seconds
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(clock))
+    calls = []
+    assert timing.median_seconds(lambda x: calls.append(x), 7, repeats=3) == 3.0
+    assert calls == [7, 7, 7, 7]
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        timing.median_seconds(lambda: None, repeats=0)
