@@ -27,7 +27,7 @@
 # there (that is how the 2026-11-26 session lost 31 shards between two calls). `run` may be
 # called again while the machine is warm (the pieces need not travel twice): it grows the
 # corpus further and trains RUN_DIR (default runs/eagle3_smollm2_gpu) from INIT_FROM (default
-# .gpc/init_head, else the shipped head), e.g. INIT_FROM=runs/eagle3_smollm2_gpu/head
+# the head unpacked from .gpa/init_head.tgz, else the shipped head), e.g. INIT_FROM=runs/eagle3_smollm2_gpu/head
 # RUN_DIR=runs/eagle3_smollm2_gpu2.
 set -u
 phase=${1:?setup, stash or run}
@@ -90,9 +90,9 @@ run)
     --time-limit ${CORPUS_MIN:-2.5} --quiet > "$out/corpus.json" 2> "$out/corpus.log"
   echo "corpus: rc $? after $(( $(date +%s) - t0 )) s; shards $before -> $(ls $corpus/shard-* | wc -l)"
   tail -3 "$out/corpus.log"
-  # a step at batch 32 x 512 took 0.081 s on an H200 (2026-11-26: 1,800 steps in 147 s,
-  # compile and evaluations included); STEP_S for another card
-  steps=$($py -c "print(max(100, int(${TRAIN_S:-170} / ${STEP_S:-0.085})))")
+  # a step at batch 32 x 640 took 0.106 s on an H200 (2026-11-26: 2,405 steps in 257 s,
+  # compile and evaluations included; 0.081 s at 32 x 512); STEP_S for another card
+  steps=$($py -c "print(max(100, int(${TRAIN_S:-170} / ${STEP_S:-0.106})))")
   echo "training: total_steps=$steps"
   t0=$(date +%s)
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu}
