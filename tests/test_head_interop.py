@@ -200,3 +200,41 @@ def test_cli_head_convert_both_ways(tiny_gguf, tmp_path, capsys):
     assert main(["head", "convert", str(tmp_path / "nothing"), str(tmp_path / "x"),
                  "--model", str(tiny_gguf)]) == 2
     assert "not a readable head config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["medusa", "hydra"])
+def test_cli_head_convert_medusa_and_hydra_dtype(kind, tiny_gguf, tmp_path, capsys):
+    """``specjax head convert --to specjax --out-dtype`` rewrites Medusa and Hydra heads
+    (float32 -> bfloat16, equal to rounding, loadable); they have no engine layout, which
+    ``--to engine`` says."""
+    from specjax.cli import main
+    from specjax.heads import hydra, medusa
+    from specjax.models.loaders import load
+
+    lm = load(str(tiny_gguf))
+    t = lm.model.cfg
+    ids = np.arange(30) * 2
+    if kind == "medusa":
+        cfg = medusa.MedusaHeadConfig(num_heads=2, hidden_size=t.hidden_size,
+                                      vocab_size=t.vocab_size, draft_vocab=30,
+                                      target_layers=t.num_layers)
+        _, state = medusa.init_medusa_heads(cfg, lm.model, ids)
+        save, load_fn = medusa.save_medusa_heads, medusa.load_medusa_heads
+    else:
+        cfg = hydra.HydraHeadConfig.for_target(t, 2, 30)
+        _, state = hydra.init_hydra_heads(cfg, lm.model, ids, seed=1)
+        save, load_fn = hydra.save_hydra_heads, hydra.load_hydra_heads
+    src = save(tmp_path / "src", cfg, state, ids, tokenizer=lm.tokenizer)
+    assert main(["head", "convert", str(src), str(tmp_path / "bf16"), "--model",
+                 str(tiny_gguf), "--to", "specjax"]) == 0
+    assert "bfloat16" in capsys.readouterr().out
+    cfg2, _, s2, ids2, _ = load_fn(tmp_path / "bf16", lm.model, lm.tokenizer)
+    assert cfg2 == cfg and np.array_equal(ids2, ids)
+    w = _weights(state)
+    for k, v in _weights(s2).items():
+        np.testing.assert_allclose(v, w[k], rtol=1e-2, atol=1e-3)
+    assert (tmp_path / "bf16" / "model.safetensors").stat().st_size < \
+        0.6 * (src / "model.safetensors").stat().st_size
+    assert main(["head", "convert", str(src), str(tmp_path / "eng"), "--model",
+                 str(tiny_gguf), "--to", "engine"]) == 2
+    assert "no serving-engine layout" in capsys.readouterr().err
