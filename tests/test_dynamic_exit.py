@@ -140,18 +140,16 @@ def test_greedy_equals_plain_decoding(target):
     ps = mixed_prompts(8, seed=1)
     ref = generate(target, ps, max_new_tokens=16).tokens
     # a confident prior keeps every row drafting (the random model accepts little), so the
-    # per-row layers and lengths all run; the default prior backs off
-    for kw, sizes in ((dict(prior=0.9, prior_weight=50.0, decay=1.0), (1, 3)),
-                      ({}, (3,))):
-        d = drafters.make("del", target, k=3, **kw)
-        for bs in sizes:
-            res = generate(target, ps, max_new_tokens=16, drafter=d, batch_size=bs)
-            assert res.tokens == ref, (kw, bs)
-            for toks, fw, acc in zip(res.tokens, res.target_forwards, res.extra["accepted"]):
-                assert fw + acc == len(toks)
-            if kw:
-                used = [sum(res.extra[f"del_layer{x}"]) for x in d.exit_layers]
-                assert sum(used) > 0 and sum(res.extra["accepted"]) > 0
+    # per-row layers and lengths all run; the default prior (which backs off here) runs at
+    # batch 1 and 3 in tests/test_extension_points.py's every-pair test (del-adaptive)
+    d = drafters.make("del", target, k=3, prior=0.9, prior_weight=50.0, decay=1.0)
+    for bs in (1, 3):
+        res = generate(target, ps, max_new_tokens=16, drafter=d, batch_size=bs)
+        assert res.tokens == ref, bs
+        for toks, fw, acc in zip(res.tokens, res.target_forwards, res.extra["accepted"]):
+            assert fw + acc == len(toks)
+        used = [sum(res.extra[f"del_layer{x}"]) for x in d.exit_layers]
+        assert sum(used) > 0 and sum(res.extra["accepted"]) > 0
 
 
 @pytest.mark.long

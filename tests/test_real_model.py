@@ -98,6 +98,8 @@ def test_logits_match_transformers(smollm2, hf):
         assert (got.argmax(-1) == ref.argmax(-1)).all()
 
 
+@pytest.mark.long  # 32 s (suite time): the logits' parity above and every method's batched
+# identity below keep transformers parity and greedy decoding in the default run
 def test_greedy_32_tokens_match_transformers(smollm2, hf):
     import torch
 
