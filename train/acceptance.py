@@ -386,7 +386,7 @@ def _unselected_candidates(manifest: dict, mf: Path, seen: list[str], tokenizer,
         toks = encode(it.prompt)
         if len(toks) > cap:
             continue
-        out.append({"id": it.id, "tokens": tokenizer.encode_chat(it.prompt)})
+        out.append({"id": it.id, "tokens": toks if chat else tokenizer.encode_chat(it.prompt)})
         if len(out) == n:
             return out
     raise DataError(f"{mf}: only {len(out)} prompts of the pool recipe are neither answered "
