@@ -23,7 +23,7 @@
 #                 need the SmolLM2 package installed, and are skipped without it
 #   numerics_cases  the same grid one case at a time, each cut at $CASE_TIMEOUT seconds
 #                 (default 60), bfloat16 and w8a8 first: OUTDIR/numerics_cases.tsv says per
-#                 case passed / failed / cut and the seconds it took (float32 at batch 8 ran
+#                 case passed / failed / cut / not_run and the seconds it took (float32 at batch 8 ran
 #                 past 200 s on an H100 and an H200 and hid the rest of the grid)
 #   exactness     scripts/measure_exactness.py on the GPU: the price of exact numerics and
 #                 the identity of prompt lookup with plain decoding, for the precisions in
@@ -105,10 +105,13 @@ if has numerics_cases; then
     | awk '/bfloat16|w8a8/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
   for id in $ids; do
     t0=$(date +%s)
+    # the same -m as the collection: the grid's long cases are deselected by default, and a
+    # case id alone does not select them (2026-11-26: every long case "failed" with pytest's
+    # rc 5, no test run)
     XLA_FLAGS="" timeout -k 5 ${CASE_TIMEOUT:-60} $py -P -m pytest "$id" -q -p no:cacheprovider \
-      >> "$out/numerics_cases.log" 2>&1
+      -m "${NUMERICS_MARK:-long or not long}" >> "$out/numerics_cases.log" 2>&1
     rc=$?
-    case $rc in 0) r=passed ;; 124|137) r=cut ;; *) r=failed; status=1 ;; esac
+    case $rc in 0) r=passed ;; 124|137) r=cut ;; 5) r=not_run; status=1 ;; *) r=failed; status=1 ;; esac
     printf '%s\t%s\t%d\n' "$id" "$r" "$(( $(date +%s) - t0 ))" \
       | tee -a "$out/numerics_cases.tsv" | tee -a "$log"
   done

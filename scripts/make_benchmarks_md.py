@@ -119,15 +119,15 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
             "; all prompts, every batch filled by cycling through them; speedup against `ar` "
             "at the same batch size):",
             "",
-            "| batch | method | tok/s | min-max | speedup | tau | same as ar |",
-            "| ---: | --- | ---: | ---: | ---: | ---: | :---: |",
+            "| batch | method | tok/s | min-max | speedup | tau | drafted per step | same as ar |",
+            "| ---: | --- | ---: | ---: | ---: | ---: | ---: | :---: |",
         ]
         for r in sweep["rows"]:
             out.append(
                 f"| {r['batch_size']} | {r['method']} | {r['tokens_per_s']:.1f} | "
                 f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f} | "
                 f"{fmt(r.get('speedup_vs_ar'), '.2f')}x | {fmt(r.get('tau'), '.2f')} | "
-                f"{fmt(r.get('identical_to_ar'))} |")
+                f"{fmt(r.get('mean_drafted'), '.2f')} | {fmt(r.get('identical_to_ar'))} |")
     configs = {r["method"]: r.get("config") for r in d["rows"] if r.get("config")}
     if configs:
         out += ["", "Method configurations:", ""]
@@ -512,6 +512,15 @@ def main():
                                                     "built-in prompts, batch 4"),
                         ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
                                                       "its stop rule's fix, batch 1"),
+                        ("bench_spec_bench_heads_mh", "Medusa-1 and Hydra++ heads on Spec-Bench "
+                                                      "(10 questions per category, 128 tokens; "
+                                                      "trained on an H200, shipped 2026-11-26)"),
+                        ("bench_heads_mh_specbench", "Medusa-1 and Hydra++ heads: draft lengths "
+                                                     "and a tree, Spec-Bench, 1 question per "
+                                                     "category, 96 tokens"),
+                        ("bench_policies_spec_bench_eagle", "Draft-length policies on Spec-Bench "
+                                                            "at batch 1, 4 and 16 (the shipped "
+                                                            "EAGLE-3 head; issue 23)"),
                         ("bench_spec_bench_heads_gpu3", "Trained head drafters on Spec-Bench (10 "
                                                         "questions per category, 128 tokens; the "
                                                         "gpu3 head, shipped)"),

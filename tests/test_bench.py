@@ -310,6 +310,9 @@ def test_bench_batch_sizes(tmp_path, tiny_gguf, prompts_file, monkeypatch):
         assert r["speedup_vs_ar"] == pytest.approx(r["tokens_per_s"] /
                                                    rows[("ar", b)]["tokens_per_s"])
     assert rows[("ar", 2)]["tau"] == 1.0
+    # tokens drafted per row and step: what a draft-length policy chooses, at most k = 4
+    assert "mean_drafted" not in rows[("ar", 2)]
+    assert all(0 <= rows[("prompt_lookup", b)]["mean_drafted"] <= 4 for b in (1, 2))
     # batch 1 is the per-category run itself (same work): its figures are the ALL row's
     all_rows = {r["method"]: r for r in res["rows"] if r["category"] == "ALL"}
     assert rows[("prompt_lookup", 1)]["tokens_per_s"] == all_rows["prompt_lookup"][

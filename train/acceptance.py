@@ -361,7 +361,8 @@ def pool_prompts(data: str | Path, tokenizer, n: int,
 def _unselected_candidates(manifest: dict, mf: Path, seen: list[str], tokenizer,
                            n: int) -> list[dict]:
     """``n`` prompts of the corpus's pool recipe that its ``pool.jsonl`` does not hold."""
-    from specjax.train.pool import build_pool, filter_overlaps, load_eval_prompts, normalize
+    from specjax.train.pool import (build_pool, filter_overlaps, length_capped,
+                                    load_eval_prompts, normalize)
     try:
         cfg, info = manifest["config"], manifest["pool"]
         seed, sources = int(cfg["seed"]), list(cfg["sources"])
@@ -379,16 +380,11 @@ def _unselected_candidates(manifest: dict, mf: Path, seen: list[str], tokenizer,
     # twice the corpus's draw, whatever n is: the same prompts for every --num-prompts
     cands = build_pool(seed, 2 * want, sources, log=lambda *a: None)
     kept, _ = filter_overlaps(cands, evals)
-    out = []
-    for it in kept:
-        if normalize(it.prompt) in taken:
-            continue
-        toks = encode(it.prompt)
-        if len(toks) > cap:
-            continue
-        out.append({"id": it.id, "tokens": toks if chat else tokenizer.encode_chat(it.prompt)})
-        if len(out) == n:
-            return out
+    capped, _ = length_capped(kept, encode, cap, n, skip=taken)
+    out = [{"id": it.id, "tokens": toks if chat else tokenizer.encode_chat(it.prompt)}
+           for it, toks in capped]
+    if len(out) == n:
+        return out
     raise DataError(f"{mf}: only {len(out)} prompts of the pool recipe are neither answered "
                     f"nor in pool.jsonl, --num-prompts asks for {n} more")
 

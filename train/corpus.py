@@ -40,6 +40,7 @@ from specjax.train.pool import (
     build_pool,
     eval_fingerprint,
     filter_overlaps,
+    length_capped,
     load_eval_prompts,
     pool_stats,
 )
@@ -236,14 +237,8 @@ def _select_prompts(config: CorpusConfig, encode, index_specs: tuple[str, ...],
     log(f"overlap check against {', '.join(index_specs)} ({len(evals)} eval prompts): "
         f"refused {sum(refused.values())} of {len(cands)} "
         f"({', '.join(f'{k} {v}' for k, v in refused.items())})")
-    selected, too_long = [], 0
-    for it in kept:
-        if len(selected) == config.num_prompts:
-            break
-        if len(encode(it.prompt)) > config.max_prompt_tokens:
-            too_long += 1
-            continue
-        selected.append(it)
+    capped, too_long = length_capped(kept, encode, config.max_prompt_tokens, config.num_prompts)
+    selected = [it for it, _ in capped]
     if too_long:
         log(f"dropped {too_long} prompts longer than {config.max_prompt_tokens} tokens")
     if len(selected) < config.num_prompts:

@@ -1127,6 +1127,27 @@ def filter_overlaps(items: Sequence[PoolItem], eval_prompts: Sequence[EvalPrompt
     return kept, report
 
 
+def length_capped(items: Iterable[PoolItem], encode: Callable[[str], list[int]],
+                  max_tokens: int, n: int, skip: frozenset[str] | set[str] = frozenset()
+                  ) -> tuple[list[tuple[PoolItem, list[int]]], int]:
+    """The first ``n`` of the (overlap-checked) ``items`` whose prompt encodes to at most
+    ``max_tokens`` tokens, each with its tokens, skipping prompts whose :func:`normalize` is
+    in ``skip``: ``(selected, how many were too long)``. The corpus selects its prompts with
+    it, and the acceptance collection its candidates beyond a finished corpus's pool."""
+    selected, too_long = [], 0
+    for it in items:
+        if len(selected) == n:
+            break
+        if skip and normalize(it.prompt) in skip:
+            continue
+        toks = encode(it.prompt)
+        if len(toks) > max_tokens:
+            too_long += 1
+            continue
+        selected.append((it, toks))
+    return selected, too_long
+
+
 def eval_fingerprint(eval_prompts: Sequence[EvalPrompt]) -> str:
     """SHA-256 over the eval prompts' specs, ids and texts (what the pool was checked
     against)."""

@@ -92,6 +92,8 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
                 row["acceptance_by_position"] = [a / d if d else None for a, d in zip(ac, dr)]
                 row["drafted"] = sum(dr)
                 row["accepted"] = sum(ac)
+                # tokens drafted per row and step (what a draft-length policy chooses)
+                row["mean_drafted"] = sum(dr) / fw if fw else None
             ver = built[m].verifier if m in built else None
             row["exact"] = bool(getattr(ver, "exact", True))
             if not row["exact"]:  # a lossy rule: never compared as if it were exact

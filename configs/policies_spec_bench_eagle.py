@@ -1,0 +1,34 @@
+"""Issue 23's policy benchmark on Spec-Bench, the shipped EAGLE-3 head: every registered
+draft-length policy with the same drafter on the same prompts, interleaved, against plain
+decoding, at batch 1 (per category: 2 questions per category, 26 prompts) and, over the same 26
+prompts, at batch 4 and 16 (`--batch-sizes`: speedup against plain decoding of the same batch
+size, tau and mean drafted length per batch size, and a panel of tokens/s against batch size).
+Fixed k = 1..4 are the reference (the best fixed k in hindsight per batch size); the dynamic
+policies draft up to k = 6. 64 new tokens, greedy, float32.
+
+`batch_table` is not in this run: its table is written by a profiling run of its own
+(`--batch-table`); per-category figures exist at batch 1 only (a batch of 4 or 16 mixes the
+categories). Journaled: `specjax bench --config configs/policies_spec_bench_eagle.py
+--time-limit MINUTES`, rerun the same command to continue."""
+
+from specjax.experiment import BenchConfig
+
+DYNAMIC = ("confidence", "adaptive", "specdec++", "heuristic", "dsde", "gammatune",
+           "gammatune+", "smartspec", "pearl")
+
+
+def get_config() -> BenchConfig:
+    fixed = {f"eagle@k{k}": {"k": k} for k in (1, 2, 3, 4)}
+    dynamic = {f"eagle@{p}": {"k": 6, "policy": p} for p in DYNAMIC}
+    return BenchConfig(
+        methods=("ar", *fixed, *dynamic),
+        method_args={**fixed, **dynamic},
+        prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
+        limit=2,
+        max_new_tokens=64,
+        batch_sizes=(1, 4, 16),
+        repeats=1,
+        journal="docs/results/policies_spec_bench_eagle.journal.jsonl",
+        output="docs/results/bench_policies_spec_bench_eagle.json",
+        plot="docs/results/bench_policies_spec_bench_eagle.png",
+    )
