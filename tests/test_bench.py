@@ -121,6 +121,8 @@ def test_bench_w8a8_target(tmp_path, tiny_gguf, prompts_file, capsys):
     assert build("prompt_lookup", q, {"cost": "1,1.5"})[1].cost == (1.0, 1.5)
 
 
+@pytest.mark.long  # 57 s (suite time): the flag's logic is summarize()'s, whose planted-error
+# check stays in the default run through test_bench_batch_sizes (its batch-2 rows)
 def test_identical_flag_catches_a_wrong_method(tmp_path, tiny_gguf, prompts_file, monkeypatch):
     """Plant a method whose output is wrong: the flag must say so."""
     import specjax.engine
