@@ -6,6 +6,13 @@ size, tau and mean drafted length per batch size, and a panel of tokens/s agains
 Fixed k = 1..4 are the reference (the best fixed k in hindsight per batch size); the dynamic
 policies draft up to k = 6. 64 new tokens, greedy, float32.
 
+One static cache of 896 positions for every run (`cache_len`: the longest of the 26 prompts is
+769 tokens with the chat template): each method compiles one decode loop per batch size instead
+of one per prompt-length bucket (these prompts fall in 5 buckets; at ~40 s a compile and 14
+methods that is ~47 min of compiling per batch size on a 2-core CPU instead of ~9). Every run, plain decoding included, attends over
+the same 896 positions, so short prompts run slower than with their own bucket; the ratios
+compare like with like.
+
 `batch_table` is not in this run: its table is written by a profiling run of its own
 (`--batch-table`); per-category figures exist at batch 1 only (a batch of 4 or 16 mixes the
 categories). Journaled: `specjax bench --config configs/policies_spec_bench_eagle.py
@@ -28,6 +35,7 @@ def get_config() -> BenchConfig:
         max_new_tokens=64,
         batch_sizes=(1, 4, 16),
         repeats=1,
+        cache_len=896,
         journal="docs/results/policies_spec_bench_eagle.journal.jsonl",
         output="docs/results/bench_policies_spec_bench_eagle.json",
         plot="docs/results/bench_policies_spec_bench_eagle.png",

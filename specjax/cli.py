@@ -394,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--mesh", default=None, metavar="data=N,model=M",
                    help="decode every run on a device mesh (rows over the data axis, heads and "
                    "MLP over the model axis)")
+    b.add_argument("--cache-len", type=int, default=None, metavar="N",
+                   help="one static KV-cache length for every run (default: each prompt's "
+                   "cache bucket + --max-new-tokens): every method then compiles one decode "
+                   "loop per batch size instead of one per prompt-length bucket, at the cost "
+                   "of attending over the longer cache; every prompt must fit with its "
+                   "--max-new-tokens")
     b.add_argument("--policies", default=None, metavar="P1,P2,...",
                    help="policy axis: run every drafting method under each of these policies "
                    "(variants METHOD@POLICY, interleaved, against the same ar)")

@@ -8,7 +8,9 @@ final state into a :class:`GenerationResult`.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -63,10 +65,29 @@ _run_jit = run_jit
 
 class _Compiled:
     """Ahead-of-time compiled executables keyed by the loop object, static sizes and argument
-    shapes, so compile time is measured apart from run time."""
+    shapes, so compile time is measured apart from run time.
 
-    def __init__(self):
-        self._cache: dict[Any, Any] = {}
+    At most ``max_entries`` programs are kept (default 64, or ``SPECJAX_MAX_COMPILED``): past
+    that the least recently used quarter is dropped, with JAX's own caches. XLA:CPU keeps each
+    executable's memory mappings, and a process that had compiled ~120 SmolLM2 programs (14
+    methods, 7 prompt lengths) died in its next compile ("LLVM ERROR: Unable to allocate
+    section memory", 2026-11-26); a dropped program compiles again when next needed, and that
+    time is reported as compile time like any other."""
+
+    def __init__(self, max_entries: int | None = None):
+        if max_entries is None:
+            raw = os.environ.get("SPECJAX_MAX_COMPILED", "64")
+            try:
+                max_entries = int(raw)
+            except ValueError:
+                raise GenerationError(f"SPECJAX_MAX_COMPILED must be an integer >= 1, got "
+                                      f"{raw!r}") from None
+        if max_entries < 1:
+            raise GenerationError(f"at least one compiled program must be kept, got "
+                                  f"max_entries={max_entries}")
+        self.max_entries = max_entries
+        self._cache: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self.evicted = 0  # programs dropped so far (for tests and diagnostics)
 
     def get(self, fn, loop: DecodeLoop, args: tuple, statics: dict):
         def sig(x):
@@ -78,7 +99,14 @@ class _Compiled:
         key = (id(fn), loop, tuple(sorted(statics.items())), tree,
                tuple(sig(x) for x in leaves))
         if key in self._cache:
+            self._cache.move_to_end(key)
             return self._cache[key], 0.0
+        if len(self._cache) >= self.max_entries:
+            keep = max(1, (3 * self.max_entries) // 4) - 1  # room for the new one
+            while len(self._cache) > keep:
+                self._cache.popitem(last=False)
+                self.evicted += 1
+            jax.clear_caches()
         t0 = time.perf_counter()
         compiled = fn.lower(loop, *args, **statics).compile()
         dt = time.perf_counter() - t0

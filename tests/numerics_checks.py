@@ -54,9 +54,11 @@ def test_fixed_sum_order_does_not_depend_on_other_dimensions():
     assert numerics.fixed_sum(jnp.ones((3, 1)), -1).shape == (3,)
 
 
+# the attention cases under long (their probes cost ~28 s of the default run): the verify and
+# tree checks below hold the attention plans to one-token decoding bit for bit
 @pytest.mark.parametrize("kind,shape", grid(
     [("linear", (64, 64, 1)), ("linear", (256, 128, 2)), ("attention", (2, 16, 64)),
-     ("attention", (1, 16, 48))], quick=[("linear", (64, 64, 1)), ("attention", (2, 16, 64))]))
+     ("attention", (1, 16, 48))], quick=[("linear", (64, 64, 1))]))
 def test_row_plans_are_in_the_probed_reference_class(kind, shape):
     from specjax.models.llama import chunked_matmul
 

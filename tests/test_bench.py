@@ -1,6 +1,7 @@
 """`specjax bench` end to end on a tiny random model written as a GGUF file."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,13 @@ def prompts_file(tmp_path):
 
 
 def run_bench(tmp_path, model, prompts, extra=()):
+    """The bench on the tiny model in fast numerics: the invariant ("exact") forward compiles
+    ~10x slower under the suite's -O0 backend and is checked bit for bit on its own
+    (tests/test_numerics.py); greedy decoding of this float32 model agrees either way."""
     out = tmp_path / "res.json"
     png = tmp_path / "res.png"
-    rc = main(["bench", "--model", str(model), "--methods", "ar,prompt_lookup,early_exit",
+    rc = main(["bench", "--model", str(model), "--numerics", "fast",
+               "--methods", "ar,prompt_lookup,early_exit",
                "--method-arg", "prompt_lookup.k=4", "--method-arg", "early_exit.exit_layer=1",
                "--prompts", str(prompts), "--max-new-tokens", "12", "--repeats", "2",
                "--output", str(out), "--plot", str(png), *extra])
@@ -210,7 +215,8 @@ def test_hf_peer_model_matches_ours(extra):
 
 def test_verify_curve_command(tmp_path, tiny_gguf):
     out = tmp_path / "curve.json"
-    assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), "--curve-ks", "1,2,4",
+    assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--curve-ks", "1,2,4",
                  "--curve-batches", "1,2", "--curve-prefix", "8", "--output", str(out),
                  "--plot", str(tmp_path / "c.png")]) == 0
     curve = json.loads(out.read_text())
@@ -239,6 +245,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
                         lambda *a, **kw: real(*a, **{**kw, "steps": 4, "repeats": 1}))
     out = tmp_path / "loop.json"
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
+                 "--numerics", "fast",
                  "--curve-ks", "1,2,4", "--curve-batches", "1,2", "--curve-prefix", "8",
                  "--numerics", "fast", "--output", str(out)]) == 0
     curve = json.loads(out.read_text())
@@ -258,6 +265,7 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
         _JunkDrafter(3, 4)
     assert main(["bench", "--in-loop", "--model", str(tiny_gguf)]) == 2  # curve only
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
+                 "--numerics", "fast",
                  "--curve-ks", "1"]) == 2  # nothing drafted
 
 
@@ -296,7 +304,8 @@ def test_bench_batch_sizes(tmp_path, tiny_gguf, prompts_file, monkeypatch):
 
     monkeypatch.setattr(specjax.engine, "generate", corrupt)
     out, png = tmp_path / "res.json", tmp_path / "res.png"
-    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--methods", "ar,prompt_lookup",
                  "--method-arg", "prompt_lookup.k=4", "--prompts", str(prompts_file),
                  "--max-new-tokens", "8", "--repeats", "2", "--batch-sizes", "1,2",
                  "--output", str(out), "--plot", str(png)]) == 0
@@ -388,7 +397,8 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
     res, _ = run_bench(tmp_path, tiny_gguf, prompts_file, extra=["--journal", str(journal)])
     assert len(calls) == 3 and res["progress"]["complete"]
     # other settings: a clear error naming what differs
-    rc = main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup,early_exit",
+    rc = main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+               "--methods", "ar,prompt_lookup,early_exit",
                "--method-arg", "prompt_lookup.k=4", "--method-arg", "early_exit.exit_layer=1",
                "--prompts", str(prompts_file), "--max-new-tokens", "9", "--repeats", "2",
                "--journal", str(journal)])
@@ -401,7 +411,8 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 COMPARED = ("model", "dtype", "methods", "prompts", "categories", "limit", "max_new_tokens",
-            "batch_size", "batch_sizes", "temperature", "repeats", "peer", "quantize")
+            "batch_size", "batch_sizes", "temperature", "repeats", "peer", "quantize",
+            "cache_len")
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -435,6 +446,7 @@ def test_bench_config_file_and_overrides(tmp_path, tiny_gguf, prompts_file):
         "from specjax.experiment import BenchConfig\n"
         "def get_config():\n"
         f"    return BenchConfig(model={str(tiny_gguf)!r}, prompts={str(prompts_file)!r},\n"
+        "        numerics='fast',\n"
         "        methods=('ar', 'prompt_lookup'), method_args={'prompt_lookup': {'k': 3}},\n"
         f"        max_new_tokens=6, repeats=3, categories=('code',), output={str(out)!r})\n")
     assert main(["bench", "--config", str(cfg), "--repeats", "1"]) == 0
@@ -559,7 +571,8 @@ def test_bench_policy_axis(tmp_path, tiny_gguf, prompts_file):
     """--policies: each drafting method under each policy, interleaved against the same ar;
     each variant's recorded config names its policy; outputs identical to ar."""
     out = tmp_path / "res.json"
-    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup",
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--methods", "ar,prompt_lookup",
                  "--method-arg", "prompt_lookup.k=4", "--prompts", str(prompts_file),
                  "--max-new-tokens", "6", "--repeats", "1", "--policies", "fixed,heuristic",
                  "--output", str(out)]) == 0
@@ -600,3 +613,34 @@ def test_median_seconds_times_after_one_warm_call(monkeypatch):
     assert calls == [7, 7, 7, 7]
     with pytest.raises(ValueError, match="repeats must be >= 1"):
         timing.median_seconds(lambda: None, repeats=0)
+
+
+def test_bench_cache_len(tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys):
+    """--cache-len gives every generate call of the run one static cache length (one decode
+    loop per method and batch size, whatever the prompt lengths), is recorded, and a prompt
+    that does not fit with its budget is refused, naming the length it needs."""
+    import specjax.engine as engine
+    from specjax.bench import BenchConfig
+    from specjax.experiment import ConfigError
+
+    with pytest.raises(ConfigError, match="cache_len must be an integer >= 1"):
+        BenchConfig(cache_len=0)
+    out = tmp_path / "res.json"
+    argv = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar",
+            "--prompts", str(prompts_file), "--max-new-tokens", "12", "--repeats", "1",
+            "--output", str(out)]
+    assert main(argv + ["--cache-len", "20"]) == 2
+    assert re.search(r"--cache-len 20 does not hold 3 prompt\(s\).*needs at least \d+",
+                     capsys.readouterr().err)
+    seen = []
+    real = engine.generate
+
+    def spy(*a, **kw):
+        seen.append(kw.get("cache_len"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "generate", spy)
+    assert main(argv + ["--cache-len", "128"]) == 0
+    res = json.loads(out.read_text())
+    assert len(seen) >= 2 and set(seen) == {128}  # both categories' batches
+    assert res["cache_len"] == 128

@@ -205,3 +205,38 @@ def test_prefill_padding_is_finer_than_the_cache_bucket(model):
     # the 70-token prompt decodes the same in a batch padded to the 100-token prompt's length
     both = generate(model, [p70, p100], max_new_tokens=4)
     assert both.tokens[0] == r70.tokens[0] and both.tokens[1] == r100.tokens[0]
+
+
+def test_compiled_program_cache_is_bounded(monkeypatch):
+    """The engine keeps at most max_entries compiled programs (XLA:CPU executables hold memory
+    mappings; a long process ran out of them): past that the least recently used quarter goes,
+    a used program stays, and a dropped one compiles again."""
+    from specjax.engine import _Compiled
+    compiles = []
+
+    class Fn:
+        def lower(self, loop, *args, **statics):
+            compiles.append(args[0].shape)
+            return self
+
+        def compile(self):
+            return object()
+
+    fn, c = Fn(), _Compiled(max_entries=4)
+    shapes = [jnp.zeros((n,)) for n in range(1, 8)]
+    first = {}
+    for x in shapes[:4]:
+        first[x.shape], dt = c.get(fn, None, (x,), {})
+    assert len(compiles) == 4 and c.evicted == 0
+    assert c.get(fn, None, (shapes[0],), {}) == (first[(1,)], 0.0)  # a hit: now most recent
+    c.get(fn, None, (shapes[4],), {})  # full: the older half of 4 goes (3/4 kept, less room for the new one)
+    assert c.evicted == 2 and len(c._cache) == 3
+    assert c.get(fn, None, (shapes[0],), {})[0] is first[(1,)]  # kept: it was used
+    n = len(compiles)
+    c.get(fn, None, (shapes[1],), {})  # dropped: compiled again
+    assert len(compiles) == n + 1
+    with pytest.raises(GenerationError, match="at least one compiled program"):
+        _Compiled(max_entries=0)
+    monkeypatch.setenv("SPECJAX_MAX_COMPILED", "lots")
+    with pytest.raises(GenerationError, match="SPECJAX_MAX_COMPILED must be an integer"):
+        _Compiled()

@@ -63,6 +63,7 @@ class BenchConfig:
     batch_table: str | None = None
     policies: tuple[str, ...] | None = None
     mesh: str | None = None
+    cache_len: int | None = None
 
     def __post_init__(self):
         if isinstance(self.methods, str) or not self.methods or not all(
@@ -104,6 +105,10 @@ class BenchConfig:
         for name in ("verify_curve", "in_loop"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.cache_len is not None and (not isinstance(self.cache_len, int) or isinstance(
+                self.cache_len, bool) or self.cache_len < 1):
+            raise ConfigError(f"cache_len must be an integer >= 1 or None, got "
+                              f"{self.cache_len!r}")
         if not isinstance(self.curve_prefix, int) or isinstance(self.curve_prefix, bool):
             raise ConfigError(f"curve_prefix must be an integer, got {self.curve_prefix!r}")
 
@@ -129,7 +134,8 @@ class BenchConfig:
                           ("--output", self.output), ("--plot", self.plot),
                           ("--journal", self.journal), ("--time-limit", self.time_limit),
                           ("--batch-table", self.batch_table),
-                          ("--policies", self.policies), ("--mesh", self.mesh)):
+                          ("--policies", self.policies), ("--mesh", self.mesh),
+                          ("--cache-len", self.cache_len)):
             if val is not None:
                 out += [flag, _fmt(val)]
         if self.samples != 1:
@@ -178,4 +184,4 @@ class BenchConfig:
             batch_table=args.batch_table,
             policies=tuple(p.strip() for p in args.policies.split(",") if p.strip())
             if args.policies else None, mesh=args.mesh,
-            **curve)
+            cache_len=getattr(args, "cache_len", None), **curve)

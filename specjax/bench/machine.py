@@ -7,7 +7,6 @@ import datetime
 import os
 import platform
 import shlex
-from pathlib import Path
 
 from specjax.fingerprint import cpu_name  # noqa: F401  (re-exported)
 

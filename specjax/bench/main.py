@@ -150,6 +150,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             **({"quantize": quantize} if quantize != "none" else {}),
             **({"mesh": config.mesh} if config.mesh else {}),
             **({"samples": config.samples} if config.samples > 1 else {}),
+            **({"cache_len": config.cache_len} if config.cache_len else {}),
             # journals written before --numerics existed ran fast numerics
             **({"numerics": config.numerics} if config.numerics != "fast" else {})})
     if config.time_limit is not None and config.time_limit < 0:
@@ -164,7 +165,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                             batch_sizes=batch_sizes, journal=journal,
                             time_limit_s=None if config.time_limit is None
                             else 60.0 * config.time_limit, mesh=mesh,
-                            samples=config.samples)
+                            samples=config.samples, cache_len=config.cache_len)
     prog = summary["progress"]
     if not prog["complete"]:
         print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
@@ -177,7 +178,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "temperature": config.temperature, "samples": config.samples,
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
-                    "numerics": config.numerics})
+                    "numerics": config.numerics, "cache_len": config.cache_len})
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)

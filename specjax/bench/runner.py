@@ -18,6 +18,7 @@ from specjax.bench.journal import Journal
 from specjax.bench.machine import machine_description, utc_now
 from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
+from specjax.errors import BenchError
 from specjax.methods import build, describe
 from specjax.cost_curves import batch_bucket
 
@@ -43,7 +44,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
               seed: int = 0, progress: Callable | None = None,
               batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
               time_limit_s: float | None = None, mesh=None,
-              samples: int = 1) -> dict[str, Any]:
+              samples: int = 1, cache_len: int | None = None) -> dict[str, Any]:
     """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
 
     Per-category rows use batches of ``batch_size`` prompts of one category. With
@@ -55,6 +56,10 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     ``samples > 1``: every prompt is decoded ``samples`` times (sampling), its samples one
     group decoded ``batch_size`` rows at a time, in one ``generate`` call (a drafter that
     learns within a call, such as ``stand``, drafts later samples from earlier ones).
+
+    ``cache_len``: one static KV-cache length for every ``generate`` call (default: each
+    batch's prompt bucket + ``max_new_tokens``), so each method compiles one decode loop per
+    batch size; a prompt that does not fit with its ``max_new_tokens`` is an error.
     """
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
@@ -65,6 +70,15 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     sampling = SamplingParams(temperature=temperature, seed=seed)
     eos = tok.eos_ids
     encoded = [tok.encode_chat(it["prompt"]) for it in items]
+    if cache_len is not None:
+        over = [(it["id"], len(e)) for it, e in zip(items, encoded)
+                if len(e) + max_new_tokens > cache_len]
+        if over:
+            longest = max(n for _, n in over)
+            raise BenchError(
+                f"--cache-len {cache_len} does not hold {len(over)} prompt(s) with "
+                f"--max-new-tokens {max_new_tokens} (e.g. prompt {over[0][0]!r}: {over[0][1]} "
+                f"tokens); it needs at least {longest + max_new_tokens}")
     built_at: dict[tuple[str, int], Any] = {}
 
     def built_for(m: str, B: int):
@@ -109,7 +123,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         def gen():
             return generate(lm.model, prompts, max_new_tokens=max_new_tokens, mesh=mesh,
                             sampling=sampling, eos_ids=eos, batch_size=rows,
-                            drafter=d, policy=pol, verifier=ver)
+                            cache_len=cache_len, drafter=d, policy=pol, verifier=ver)
 
         # a drafter that learns from outputs (suffix) must draft the timed run from what it
         # knew before the batch, not from the compiling run's answers
