@@ -9,9 +9,9 @@ policies draft up to k = 6. 64 new tokens, greedy, float32.
 One static cache of 896 positions for every run (`cache_len`: the longest of the 26 prompts is
 769 tokens with the chat template): each method compiles one decode loop per batch size instead
 of one per prompt-length bucket (these prompts fall in 5 buckets; at ~40 s a compile and 14
-methods that is ~47 min of compiling per batch size on a 2-core CPU instead of ~9). Every run, plain decoding included, attends over
-the same 896 positions, so short prompts run slower than with their own bucket; the ratios
-compare like with like.
+methods that is ~47 min of compiling per batch size on a 2-core CPU instead of ~9). Every
+run, plain decoding included, attends over the same 896 positions, so short prompts run slower
+than with their own bucket; the ratios compare like with like.
 
 `batch_table` is not in this run: its table is written by a profiling run of its own
 (`--batch-table`); per-category figures exist at batch 1 only (a batch of 4 or 16 mixes the

@@ -245,7 +245,6 @@ def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
                         lambda *a, **kw: real(*a, **{**kw, "steps": 4, "repeats": 1}))
     out = tmp_path / "loop.json"
     assert main(["bench", "--verify-curve", "--in-loop", "--model", str(tiny_gguf),
-                 "--numerics", "fast",
                  "--curve-ks", "1,2,4", "--curve-batches", "1,2", "--curve-prefix", "8",
                  "--numerics", "fast", "--output", str(out)]) == 0
     curve = json.loads(out.read_text())
