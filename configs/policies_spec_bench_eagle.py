@@ -15,7 +15,9 @@ than with their own bucket; the ratios compare like with like.
 
 `batch_table` is not in this run: its table is written by a profiling run of its own
 (`--batch-table`); per-category figures exist at batch 1 only (a batch of 4 or 16 mixes the
-categories). Journaled: `specjax bench --config configs/policies_spec_bench_eagle.py
+categories). `adaptive` and `smartspec` run with `draft_cost=0`, as they did when this run
+began (they count a measured draft cost by default since; configs/policies_draft_cost.py
+measures that). Journaled: `specjax bench --config configs/policies_spec_bench_eagle.py
 --time-limit MINUTES`, rerun the same command to continue."""
 
 from specjax.experiment import BenchConfig
@@ -27,6 +29,8 @@ DYNAMIC = ("confidence", "adaptive", "specdec++", "heuristic", "dsde", "gammatun
 def get_config() -> BenchConfig:
     fixed = {f"eagle@k{k}": {"k": k} for k in (1, 2, 3, 4)}
     dynamic = {f"eagle@{p}": {"k": 6, "policy": p} for p in DYNAMIC}
+    for p in ("adaptive", "smartspec"):  # as run: before draft costs were measured
+        dynamic[f"eagle@{p}"]["draft_cost"] = 0
     return BenchConfig(
         methods=("ar", *fixed, *dynamic),
         method_args={**fixed, **dynamic},

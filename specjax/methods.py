@@ -102,11 +102,25 @@ def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
         args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode)
 
 
+def _fill_draft_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> None:
+    """``args["draft_cost"]``: one drafted token's cost on this machine at this batch size
+    (:mod:`specjax.draft_costs`) unless the caller gave a number; a mode picks how it is got."""
+    from specjax import draft_costs
+
+    raw = args.get("draft_cost")
+    value = "auto" if raw is None else draft_costs.parse_draft_cost(raw)
+    if isinstance(value, str):  # no number given: $SPECJAX_COST_CURVE's mode, or the one given
+        value = draft_costs.measured_draft_cost(lm, drafter, name, d_args, batch=batch,
+                                                mode=None if raw is None else value)
+    args["draft_cost"] = value
+
+
 def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's verify-cost curve is
-    measured (and cached) for it (:mod:`specjax.cost_curves`)."""
+    measured (and cached) for it (:mod:`specjax.cost_curves`), and so is the drafter's own
+    cost per drafted token where the policy counts it (:mod:`specjax.draft_costs`)."""
     args = dict(args or {})
     name = base_method(name)
     if name not in METHODS:
@@ -154,6 +168,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     drafter = DRAFTERS.build(name, d_args, lm)
     if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
         _fill_measured_cost(p_args, lm, drafter.max_k, batch)
+    if "draft_cost" in POLICIES.option_names(pol_name):  # the drafter's own cost, measured
+        _fill_draft_cost(p_args, lm, drafter, name, d_args, batch)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
     # head shipped for this very drafter, when none is given)
     fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)

@@ -349,8 +349,10 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
     real = specjax.engine.generate
 
     def counting(model, prompts, **kw):
-        calls.append(len(prompts))
-        return real(model, prompts, **kw)
+        r = real(model, prompts, **kw)
+        if not r.compile_s:  # a freshly compiled program's first run is run again (timing):
+            calls.append(len(prompts))  # count the runs the bench keeps, in any test order
+        return r
 
     monkeypatch.setattr(specjax.engine, "generate", counting)
     # a limit that has passed by the second batch: exactly one batch runs

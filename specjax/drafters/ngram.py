@@ -37,6 +37,7 @@ prompts drafted fewer tokens for as many accepted.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -141,6 +142,7 @@ class NgramDrafter:
     min_gain: float = 0.3
     tree: None = None
     name: str = "ngram"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
 
     @property

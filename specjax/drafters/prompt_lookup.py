@@ -9,6 +9,7 @@ verifies a one-token block (a plain decoding step) instead of a padded one.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
@@ -66,6 +67,7 @@ class PromptLookupDrafter:
     min_ngram: int = 1
     tree: None = None  # model-free n-gram drafts are chains
     name: str = "prompt_lookup"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
 

@@ -51,7 +51,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import ClassVar, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -461,6 +461,7 @@ class SSSDDrafter:
                                                     repr=False)
     tree: None = None
     name: str = "sssd"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
 

@@ -48,6 +48,7 @@ import dataclasses
 import json
 import zipfile
 from pathlib import Path
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -312,6 +313,7 @@ class StandDrafter:
     memory: StandMemory | None = dataclasses.field(default=None, compare=False, hash=False,
                                                    repr=False)
     name: str = "stand"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = False
 
     @property

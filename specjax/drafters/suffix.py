@@ -34,10 +34,9 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -314,6 +313,7 @@ class SuffixDrafter:
                                                   repr=False)
     tree: None = None
     name: str = "suffix"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
 

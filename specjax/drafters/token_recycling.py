@@ -27,6 +27,7 @@ from the paper's 80-node GPU tree.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
@@ -78,6 +79,7 @@ class TokenRecyclingDrafter:
     vocab_size: int
     tree: TreeSpec | None = None
     name: str = "token_recycling"
+    model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
 
     @property

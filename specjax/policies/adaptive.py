@@ -4,8 +4,10 @@ Each row keeps decayed counts of accepted and rejected draft tokens, giving a pe
 acceptance estimate ``a = (A + 1) / (A + R + 2)``. With i.i.d. acceptance, drafting ``k`` tokens
 yields ``(1 - a^(k+1)) / (1 - a)`` tokens per target forward, and the forward costs
 ``cost(k + 1)`` relative to a one-token forward (the verify-cost curve, bucketed as the engine
-buckets its verify blocks). The policy drafts the ``k`` that maximises tokens per unit cost, and
-nothing when no ``k`` beats plain decoding. Counts decay every step, so a row that stopped
+buckets its verify blocks) plus ``k * draft_cost`` for the drafter's own steps (measured on this
+machine at this batch size by :mod:`specjax.draft_costs` when built by name; 0 for a policy made
+directly). The policy drafts the ``k`` that maximises tokens per unit cost, and nothing when no
+``k`` beats plain decoding. Counts decay every step, so a row that stopped
 drafting drifts back to the prior and probes again.
 
 The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
@@ -134,6 +136,10 @@ class AdaptivePolicy:
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
         "verify-curve JSON (FILE.json or FILE.json#B); default: the built-in curve that fits "
         "the target (float or w8a8)"})
+    draft_cost: float = dataclasses.field(default=0.0, metadata={
+        "help": "cost of one drafted token relative to a plain step at this batch size "
+        "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
+        "number)"})
     decay: float = dataclasses.field(default=0.9, metadata={
         "help": "per-step decay of the accepted/rejected counts"})
     prior_accepted: float = 1.0
@@ -149,9 +155,14 @@ class AdaptivePolicy:
             raise PolicyError(f"decay must be in (0, 1], got {self.decay!r}")
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
             raise PolicyError("cost must be a non-empty list of positive relative costs")
+        if not self.draft_cost >= 0:
+            raise PolicyError(f"policy 'adaptive': draft_cost must be >= 0, got "
+                              f"{self.draft_cost!r}")
 
     def _bucketed_cost(self) -> jnp.ndarray:
-        return bucketed_cost(self.cost, self.max_k)
+        """The cost of a step that drafts k = 0..max_k: verify block plus k draft steps."""
+        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)
+        return bucketed_cost(self.cost, self.max_k) + k * self.draft_cost
 
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)

@@ -20,8 +20,10 @@ the prior, so a row (or a batch) that stopped drafting probes again later.
 
 Deviations, stated: the paper fits ``t_draft`` and ``t_verify`` offline as functions of the
 batched tokens; here the verify term is the measured curve of the running batch size and the
-draft term a constant per drafted token (``draft_cost``: 0 suits prompt lookup, a separate
-draft model costs about its size ratio, a trained head a few percent).
+draft term a constant per drafted token (``draft_cost``), measured on this machine at the
+running batch size when the method is built by name (:mod:`specjax.draft_costs`; 0 for
+prompt lookup, about its size ratio for a separate draft model, a few percent of a step for a
+trained head on one CPU row but a third of a step at batch 4).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ class SmartSpecPolicy:
         "batch size (default: measured on this machine and cached; builtin | refresh | "
         "FILE.json[#B] | comma-separated values)"})
     draft_cost: float = dataclasses.field(default=0.0, metadata={
-        "help": "cost of one draft step relative to a plain target step"})
+        "help": "cost of one drafted token relative to a plain step at this batch size "
+        "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
+        "number)"})
     ema: float = dataclasses.field(default=0.3, metadata={
         "help": "weight of each step's observed acceptance rate in the moving average"})
     prior: float = dataclasses.field(default=0.6, metadata={

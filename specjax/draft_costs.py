@@ -1,0 +1,188 @@
+"""The drafter's own cost per drafted token, measured on the machine it runs on, cached.
+
+A speculative step that drafts ``k`` tokens costs about ``verify_B(k + 1) + k * d_B`` plain
+decoding steps of the same batch size ``B``: the verify forward over ``k + 1`` tokens per row
+(the verify-cost curve, :mod:`specjax.cost_curves`) plus ``k`` draft steps of the drafter. For
+prompt lookup ``d_B`` is about 0; for a trained head on one row of a 2-core CPU it is a few
+percent of a target step; at batch 4 on the same CPU the EAGLE-3 head costs about a third of
+a plain batch-4 step per drafted token (docs/benchmarks_notes.md), which is why drafting that
+pays at batch 1 does not pay there. A cost-aware policy (``adaptive``, ``smartspec``) that
+leaves ``d_B`` out keeps drafting where it loses.
+
+:func:`measured_draft_cost` measures ``d_B`` inside the decode loop, where it is paid: the
+seconds per target forward of the drafter with a fixed ``k = max_k`` and of plain decoding,
+on the same synthetic prompt at the batch size's bucket; then
+``d_B = max(0, (step / plain_step - verify_B(max_k + 1)) / max_k)`` with the measured verify
+curve (the formula of ``batch_table``). Two compiles and a few seconds of decoding on first
+use; cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model, batch bucket,
+drafter and its options), reused after. The mode is the cost curve's
+(``$SPECJAX_COST_CURVE``, or ``draft_cost=auto|builtin|refresh``): ``builtin`` measures
+nothing and gives 0 (the behaviour before draft costs were counted; the test suite's mode).
+Model-free drafters (``model_free = True``: prompt lookup, n-gram, suffix structures, Token
+Recycling, STAND, SSSD) draft by lookup and get 0 without measuring.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from specjax import atomic, cost_curves
+from specjax.errors import PolicyError
+from specjax.fingerprint import cache_root
+
+FORMAT = "specjax-draft-cost-1"
+PREFIX = 128
+STEPS = 24
+REPEATS = 3
+
+
+class DraftCostWarning(UserWarning):
+    """A cached draft cost could not be used or written (it is measured again / not kept)."""
+
+
+def cache_dir() -> Path:
+    return cache_root() / "draft_costs"
+
+
+def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch: int) -> dict:
+    """What a draft cost is valid for: the verify curve's key (device, model, batch bucket)
+    plus the drafter, its options as given and its maximum k."""
+    args = {str(k): str(v) for k, v in sorted((drafter_args or {}).items())}
+    return {**cost_curves.curve_key(lm, batch), "format": FORMAT, "drafter": drafter_name,
+            "drafter_args": args, "max_k": int(max_k)}
+
+
+def _path(key: dict, directory: Path | None) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return (directory or cache_dir()) / f"{digest}.json"
+
+
+def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: int = STEPS,
+                       repeats: int = REPEATS) -> dict:
+    """Seconds per target forward of ``drafter`` drafting its ``max_k`` every step and of plain
+    decoding, ``batch`` rows of one synthetic prompt, greedy, no EOS. Each repeat decodes two
+    token budgets ``steps`` apart (one compiled program) and takes the difference, so the
+    prefill and the shorter drafts of the last steps cancel; median over ``repeats`` after a
+    compiling run."""
+    import numpy as np
+
+    from specjax.engine import bucket_length, generate
+    from specjax.sampling import SamplingParams
+
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(prefix)]
+    K = int(drafter.max_k)
+    short, long = K + 2, K + 2 + steps * (K + 1)
+    cache_len = -(-(bucket_length(prefix) + long + 1) // 64) * 64
+
+    def per_forward(d) -> float:
+        ts = []
+        for rep in range(repeats + 1):  # the first run compiles
+            got = []
+            for n in (short, long):
+                r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
+                             sampling=SamplingParams(temperature=0.0), batch_size=batch,
+                             drafter=d)
+                got.append((r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)))
+            (t1, f1), (t2, f2) = got
+            if rep:
+                ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
+        return float(np.median(ts))
+
+    return {"plain_step_s": per_forward(None), "step_s": per_forward(drafter), "k": K,
+            "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}
+
+
+def draft_cost_from(step_ratio: float, verify: tuple[float, ...], K: int) -> float:
+    """``d = max(0, (step_ratio - verify_cost(K + 1)) / K)``, the verify block bucketed as the
+    engine buckets it."""
+    from specjax.policies.adaptive import bucketed_cost
+
+    v = float(bucketed_cost(tuple(verify), K)[K])
+    return max(0.0, (float(step_ratio) - v) / K)
+
+
+def measured_draft_cost(lm, drafter, drafter_name: str, drafter_args: dict | None = None, *,
+                        batch: int = 1, mode: str | None = None,
+                        directory: str | Path | None = None,
+                        measure: Callable[..., dict] | None = None,
+                        measure_curve: Callable[..., dict] | None = None,
+                        say: Callable[[str], None] | None = None) -> float:
+    """``d_B``: one drafted token's cost relative to a plain step at batch ``batch`` (see the
+    module docstring), from the cache or measured and cached.
+
+    Args:
+      lm: the target (a LoadedModel).
+      drafter: the built drafter (its ``max_k`` is the draft length measured).
+      drafter_name, drafter_args: what keys the cache (the method name and its drafter
+        options as given).
+      batch: the batch size (bucketed as the verify curve's).
+      mode: ``auto`` / ``builtin`` / ``refresh`` (default ``$SPECJAX_COST_CURVE``, else auto);
+        ``builtin`` gives 0 (so does a model-free drafter, in every mode).
+      directory: the cache directory (default :func:`cache_dir`).
+      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s", ...}`` (default
+        :func:`measure_step_ratio`; tests pass a fake).
+      measure_curve: the verify-curve probe handed to
+        :func:`specjax.cost_curves.measured_cost` (default its own).
+      say: where the one-line "measuring ..." notice goes (default: stderr).
+    """
+    m = cost_curves.resolve_mode(mode)
+    if m == "builtin" or getattr(drafter, "model_free", False):
+        return 0.0
+    K = int(drafter.max_k)
+    key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch)
+    d_dir = Path(directory) if directory is not None else None
+    path = _path(key, d_dir)
+    if m == "auto" and path.exists():
+        try:
+            data = json.loads(path.read_text())
+            if data.get("key") != key:
+                raise ValueError("written for another device, model or drafter")
+            d = float(data["draft_cost"])
+            if not d >= 0:
+                raise ValueError(f"draft_cost {d!r} is negative")
+            return d
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            warnings.warn(f"draft cost: {path} cannot be used ({type(e).__name__}: {e}); "
+                          "measuring it again", DraftCostWarning, stacklevel=2)
+    bucket = key["batch"]
+    say = say or (lambda s: print(s, file=sys.stderr, flush=True))
+    verify = cost_curves.measured_cost(lm, K, bucket, mode=m, measure=measure_curve, say=say,
+                                       directory=None if d_dir is None else d_dir / "curves")
+    say(
+        f"measuring the draft cost of {drafter_name} (k = {K}, batch {bucket}) on this "
+        f"machine; cached in {path.parent}")
+    data = (measure or measure_step_ratio)(lm, drafter, bucket)
+    ratio = float(data["step_s"]) / float(data["plain_step_s"])
+    d = draft_cost_from(ratio, verify, K)
+    from specjax.bench.machine import utc_now
+
+    out = {**data, "step_ratio": round(ratio, 4), "draft_cost": round(d, 4),
+           "verify_cost": [round(float(c), 4) for c in verify], "key": key,
+           "measured_at": utc_now(), "command": "specjax.draft_costs.measured_draft_cost"}
+    try:
+        atomic.write_text(path, json.dumps(out, indent=1))
+    except OSError as e:
+        warnings.warn(f"draft cost: could not cache it in {path} ({e}); it is measured again "
+                      "next time", DraftCostWarning, stacklevel=2)
+    return round(d, 4)
+
+
+def parse_draft_cost(value):
+    """``draft_cost=`` of a policy: a number >= 0, or a mode (auto / builtin / refresh) that
+    :func:`specjax.methods.build` replaces with the measured cost."""
+    if isinstance(value, str) and value.strip().lower() in cost_curves.MODES:
+        return value.strip().lower()
+    try:
+        d = float(value)
+    except (TypeError, ValueError):
+        raise PolicyError(f"draft_cost must be a number >= 0 or one of "
+                          f"{', '.join(cost_curves.MODES)}, got {value!r}") from None
+    if not d >= 0:
+        raise PolicyError(f"draft_cost must be >= 0, got {value!r}")
+    return d

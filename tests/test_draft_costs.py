@@ -1,0 +1,166 @@
+"""The drafter's own cost per drafted token (specjax.draft_costs): the formula, the cache (hit,
+miss, refresh, built-in, corrupt or foreign files), model-free drafters, the cost-aware
+policies counting it, and methods.build filling it in."""
+
+import json
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax import cost_curves as cc
+from specjax import draft_costs as dc
+from specjax import methods
+from specjax.config import tiny_config
+from specjax.errors import PolicyError
+from specjax.models.loaders import LoadedModel, random_model
+from specjax.policies.adaptive import AdaptivePolicy, AdaptiveState
+from specjax.policies.smartspec import SmartSpecPolicy
+
+
+@pytest.fixture(scope="module")
+def lm():
+    cfg = tiny_config(vocab_size=64)
+    return LoadedModel(random_model(cfg, seed=0), None, cfg, "random:tiny", "random")
+
+
+@pytest.fixture(autouse=True)
+def auto_mode(monkeypatch, tmp_path):
+    monkeypatch.setenv(cc.MODE_ENV, "auto")  # the suite's default is "builtin" (conftest)
+    monkeypatch.setenv("SPECJAX_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def flat_curve(lm, *, ks, batches, prefix, repeats):
+    """A verify curve where every block costs 1.5 plain forwards (above one token)."""
+    rel = [1.0] + [1.5] * (len(ks) - 1)
+    return {"ks": list(ks), "batches": list(batches), "prefix": prefix,
+            "seconds": {str(b): rel for b in batches}, "relative": {str(b): rel for b in batches}}
+
+
+class FakeSteps:
+    """Stands in for measure_step_ratio: a step of the drafter costs ``ratio`` plain steps."""
+
+    def __init__(self, ratio):
+        self.ratio, self.calls = ratio, []
+
+    def __call__(self, lm, drafter, batch):
+        self.calls.append((drafter.max_k, batch))
+        return {"plain_step_s": 0.1, "step_s": 0.1 * self.ratio, "k": drafter.max_k,
+                "batch": batch}
+
+
+class Drafter:
+    def __init__(self, max_k, model_free=False):
+        self.max_k, self.model_free = max_k, model_free
+
+
+def test_formula_by_hand():
+    # K = 3: the verify block of 4 tokens costs 1.5; a step of 2.4 leaves 0.9 for 3 drafts
+    assert dc.draft_cost_from(2.4, (1.0, 1.2, 1.4, 1.5), 3) == pytest.approx(0.3)
+    # K = 4 verifies a bucketed block (5 -> the next bucket); never negative
+    assert dc.draft_cost_from(1.0, (1.0, 1.2, 1.4, 1.5), 3) == 0.0
+
+
+def test_measures_caches_hits_and_refreshes(lm, tmp_path):
+    steps = FakeSteps(2.4)
+    kw = dict(directory=tmp_path, measure=steps, measure_curve=flat_curve, say=lambda s: None)
+    d = dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3"}, batch=1, **kw)
+    assert d == pytest.approx((2.4 - 1.5) / 3) and steps.calls == [(3, 1)]
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["key"]["drafter"] == "early_exit" and data["key"]["batch"] == 1
+    assert data["draft_cost"] == pytest.approx(0.3) and data["step_ratio"] == pytest.approx(2.4)
+    # a hit: nothing measured
+    assert dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3"}, **kw) == d
+    assert len(steps.calls) == 1
+    # other options, another k or another batch bucket: measured again, another file
+    dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3", "exit_layer": "1"}, **kw)
+    dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3"}, batch=3, **kw)
+    assert steps.calls[1:] == [(3, 1), (3, 4)] and len(list(tmp_path.glob("*.json"))) == 3
+    # refresh measures again and replaces the file
+    again = dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3"}, mode="refresh",
+                                   **{**kw, "measure": FakeSteps(3.0)})
+    assert again == pytest.approx(0.5)
+    assert dc.measured_draft_cost(lm, Drafter(3), "early_exit", {"k": "3"}, **kw) == again
+
+
+def test_builtin_and_model_free_measure_nothing(lm, tmp_path):
+    steps = FakeSteps(2.4)
+    kw = dict(directory=tmp_path, measure=steps, measure_curve=flat_curve, say=lambda s: None)
+    assert dc.measured_draft_cost(lm, Drafter(3), "early_exit", {}, mode="builtin", **kw) == 0
+    assert dc.measured_draft_cost(lm, Drafter(8, model_free=True), "prompt_lookup", {},
+                                  **kw) == 0
+    assert steps.calls == [] and not list(tmp_path.glob("*.json"))
+    with pytest.raises(PolicyError, match="cost-curve mode"):
+        dc.measured_draft_cost(lm, Drafter(3), "early_exit", {}, mode="sometimes", **kw)
+
+
+def test_corrupt_or_foreign_files_are_measured_again(lm, tmp_path):
+    steps = FakeSteps(2.4)
+    kw = dict(directory=tmp_path, measure=steps, measure_curve=flat_curve, say=lambda s: None)
+    dc.measured_draft_cost(lm, Drafter(3), "early_exit", {}, **kw)
+    (path,) = tmp_path.glob("*.json")
+    path.write_text("{not json")
+    with pytest.warns(dc.DraftCostWarning, match="cannot be used"):
+        dc.measured_draft_cost(lm, Drafter(3), "early_exit", {}, **kw)
+    data = json.loads(path.read_text())
+    data["key"]["device"] = "another machine"
+    path.write_text(json.dumps(data))
+    with pytest.warns(dc.DraftCostWarning, match="another device"):
+        dc.measured_draft_cost(lm, Drafter(3), "early_exit", {}, **kw)
+    assert len(steps.calls) == 3
+
+
+def test_parse_draft_cost():
+    assert dc.parse_draft_cost("0.25") == 0.25 and dc.parse_draft_cost(" Auto ") == "auto"
+    for bad in ("-1", "cheap", None):
+        with pytest.raises(PolicyError, match="draft_cost"):
+            dc.parse_draft_cost(bad)
+
+
+def test_adaptive_backs_off_when_drafting_costs(lm):
+    # acceptance estimate a = (A + 1) / (A + R + 2) = 0.5 with A = 1, R = 1... set directly
+    state = AdaptiveState(accepted=jnp.asarray([2.0]), rejected=jnp.asarray([2.0]))
+    cost = (1.0,) * 16  # verification is free: with free drafts, draft the most
+    free = AdaptivePolicy(max_k=4, cost=cost)
+    assert np.asarray(free.decide(state, None)).tolist() == [4]
+    # tokens(k) = 2 (1 - 0.5^(k+1)); with d = 0.5 the step costs 1 + 0.5 k: gain 1, 1, 0.875..
+    paid = AdaptivePolicy(max_k=4, cost=cost, draft_cost=0.5)
+    gain = np.asarray(paid.expected_gain(state))[0]
+    want = [2 * (1 - 0.5 ** (k + 1)) / (1 + 0.5 * k) for k in range(5)]
+    np.testing.assert_allclose(gain, want, rtol=1e-6)
+    assert np.asarray(paid.decide(state, None)).tolist() == [0]  # nothing beats plain
+    with pytest.raises(PolicyError, match="draft_cost"):
+        AdaptivePolicy(max_k=4, draft_cost=-0.1)
+
+
+@pytest.mark.filterwarnings("ignore::specjax.cost_curves.CostCurveWarning")  # k 3, then 16
+def test_build_fills_the_measured_draft_cost(lm, monkeypatch):
+    steps = FakeSteps(2.0)
+    monkeypatch.setattr(dc, "measure_step_ratio", steps)
+    monkeypatch.setattr("specjax.bench.curve.verify_curve", flat_curve)
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1"})
+    assert m.policy.draft_cost == pytest.approx((2.0 - 1.5) / 3, abs=1e-4) and steps.calls == [(3, 1)]
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "smartspec", "exit_layer": "1"},
+                      batch=4)
+    assert m.policy.draft_cost == pytest.approx(0.1667, abs=1e-4) and steps.calls[-1] == (3, 4)
+    # a number is taken as given, builtin is 0; model-free drafters measure nothing
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1",
+                                         "draft_cost": "0.05"})
+    assert m.policy.draft_cost == 0.05
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "smartspec", "exit_layer": "1",
+                                         "draft_cost": "builtin"})
+    assert m.policy.draft_cost == 0.0
+    n = len(steps.calls)
+    m = methods.build("prompt_lookup", lm, {})  # adaptive by default
+    assert m.policy.name == "adaptive" and m.policy.draft_cost == 0.0 and len(steps.calls) == n
+    with pytest.raises(PolicyError, match="draft_cost must be"):
+        methods.build("early_exit", lm, {"policy": "adaptive", "draft_cost": "lots"})
+
+
+def test_measure_step_ratio_times_the_loop(lm):
+    """The real probe on the tiny model: both loops run and give positive step times."""
+    m = methods.build("early_exit", lm, {"k": "2", "exit_layer": "1"})
+    out = dc.measure_step_ratio(lm, m.drafter, 2, prefix=16, steps=3, repeats=1)
+    assert out["k"] == 2 and out["batch"] == 2
+    assert out["plain_step_s"] > 0 and out["step_s"] > 0
