@@ -15,7 +15,6 @@ from specjax.config import tiny_config
 from specjax.errors import PolicyError
 from specjax.models.loaders import LoadedModel, random_model
 from specjax.policies.adaptive import AdaptivePolicy, AdaptiveState
-from specjax.policies.smartspec import SmartSpecPolicy
 
 
 @pytest.fixture(scope="module")
@@ -164,3 +163,25 @@ def test_measure_step_ratio_times_the_loop(lm):
     out = dc.measure_step_ratio(lm, m.drafter, 2, prefix=16, steps=3, repeats=1)
     assert out["k"] == 2 and out["batch"] == 2
     assert out["plain_step_s"] > 0 and out["step_s"] > 0
+
+
+def test_adaptive_batch_drafts_only_when_the_batch_step_pays():
+    """One row that would draft alone does not make a batch of poor rows pay for its block."""
+    from types import SimpleNamespace
+
+    pol = AdaptivePolicy(max_k=2, cost=(1.0, 1.6, 2.2))
+    high = (20.0, 0.0)  # a = 21 / 22: alone, k = 2 (2.866 tokens / 2.2 = 1.30 > 1)
+    low = (0.0, 20.0)  # a = 1 / 22: k = 0 (1.045 / 1.6 < 1)
+
+    def decide(rows, live=None):
+        st = AdaptiveState(accepted=jnp.asarray([r[0] for r in rows]),
+                           rejected=jnp.asarray([r[1] for r in rows]))
+        ctx = None if live is None else SimpleNamespace(live=jnp.asarray(live))
+        return np.asarray(pol.decide(st, ctx)).tolist()
+
+    assert decide([high]) == [2]
+    assert decide([high, high]) == [2, 2]
+    # together: (2.866 + 1) tokens for a step of 2.2 = 1.76 per unit < 2 rows: nobody drafts
+    assert decide([high, low]) == [0, 0]
+    # a finished row neither counts nor drafts
+    assert decide([high, low], live=[True, False]) == [2, 0]

@@ -6,8 +6,10 @@ yields ``(1 - a^(k+1)) / (1 - a)`` tokens per target forward, and the forward co
 ``cost(k + 1)`` relative to a one-token forward (the verify-cost curve, bucketed as the engine
 buckets its verify blocks) plus ``k * draft_cost`` for the drafter's own steps (measured on this
 machine at this batch size by :mod:`specjax.draft_costs` when built by name; 0 for a policy made
-directly). The policy drafts the ``k`` that maximises tokens per unit cost, and nothing when no
-``k`` beats plain decoding. Counts decay every step, so a row that stopped
+directly). Each row drafts the ``k`` that maximises its tokens per unit cost, and nothing when
+no ``k`` beats plain decoding. A batch verifies one block, its longest draft's: the batch drafts
+only when its live rows' expected tokens per unit cost of that step beat one token per row
+(else no row drafts this step). Counts decay every step, so a row that stopped
 drafting drifts back to the prior and probes again.
 
 The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
@@ -168,11 +170,15 @@ class AdaptivePolicy:
         z = jnp.zeros((batch,), jnp.float32)
         return AdaptiveState(accepted=z, rejected=z)
 
-    def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
-        """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""
+    def _acceptance(self, state: AdaptiveState) -> jnp.ndarray:
+        """The per-token acceptance estimate of each row, ``[B]``."""
         a = (state.accepted + self.prior_accepted) / (
             state.accepted + state.rejected + self.prior_accepted + self.prior_rejected)
-        a = jnp.clip(a, 0.0, 0.999)[:, None]
+        return jnp.clip(a, 0.0, 0.999)
+
+    def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
+        """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""
+        a = self._acceptance(state)[:, None]
         k = jnp.arange(self.max_k + 1, dtype=jnp.float32)[None]
         tokens = (1 - a ** (k + 1)) / (1 - a)
         return tokens / self._bucketed_cost()[None]
@@ -180,7 +186,18 @@ class AdaptivePolicy:
     def decide(self, state: AdaptiveState, ctx):
         gain = self.expected_gain(state)
         best = jnp.argmax(gain, axis=1).astype(jnp.int32)
-        return jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
+        k = jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
+        # The batch pays one step: the verify block and the draft steps of its longest draft.
+        # Draft only if the live rows' expected tokens over that step's cost beat plain
+        # decoding (one token per live row per unit cost); at batch 1 this is the row's test.
+        live = jnp.ones(k.shape, bool) if ctx is None else ctx.live
+        k = jnp.where(live, k, 0)
+        kmax = jnp.max(k)
+        cost = self._bucketed_cost()
+        a = self._acceptance(state)
+        tokens = jnp.where(live, (1 - a ** (k + 1)) / (1 - a), 0.0).sum()
+        pays = tokens / cost[kmax] > self.min_gain * jnp.maximum(live.sum(), 1)
+        return jnp.where(pays, k, 0).astype(jnp.int32)
 
     def stop(self, state, step):
         return jnp.zeros(step.token.shape, bool)
