@@ -521,6 +521,10 @@ def main():
                         ("bench_policies_spec_bench_eagle", "Draft-length policies on Spec-Bench "
                                                             "at batch 1, 4 and 16 (the shipped "
                                                             "EAGLE-3 head; issue 23)"),
+                        ("bench_policies_draft_cost", "Cost-aware policies with the "
+                                                      "drafter's measured cost counted, "
+                                                      "Spec-Bench (1 question per category), "
+                                                      "batch 1 and 4 (issue 23)"),
                         ("bench_spec_bench_heads_gpu3", "Trained head drafters on Spec-Bench (10 "
                                                         "questions per category, 128 tokens; the "
                                                         "gpu3 head, shipped)"),
