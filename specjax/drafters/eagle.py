@@ -128,11 +128,14 @@ class EagleDrafter:
         # the pending pairs (g_t, x_{t+1}) at t = pend_start + j: the last predicts draft 1
         pos = state.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
         tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1), axis=1)
-        logits, hid, cache = head(emb_target(tok), state.pend_feat, pos,
-                                  state.cache.with_lengths(state.pend_start))
+        # the catch-up pass writes every pending pair into the head's cache; only the last
+        # real pair's logits are used (the LM head over the draft vocabulary is most of the
+        # pass: computing it for all K + 1 slots cost several times the layer itself)
+        _, hid, cache = head(emb_target(tok), state.pend_feat, pos,
+                             state.cache.with_lengths(state.pend_start), compute_logits=False)
         last = (state.pend_n - 1)[:, None]
-        root_logits = jnp.take_along_axis(logits, last[..., None], axis=1)[:, 0]
         root_hid = jnp.take_along_axis(hid, last[..., None], axis=1)[:, 0]
+        root_logits = head.logits(root_hid)
         kmax = jnp.max(k)
         if self.tree is None:
             tokens, q, cache, k = self._chain(head, root_logits, root_hid, cache, n, k, ctx,

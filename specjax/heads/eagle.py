@@ -192,8 +192,14 @@ class EagleHead(nnx.Module):
         x = x + linear(jax.nn.silu(gate) * up, self.w_down[...], dt)
         if not compute_logits:
             return None, x
+        return self.logits(x), x
+
+    def logits(self, x: jax.Array) -> jax.Array:
+        """Draft-vocabulary logits ``[..., draft_vocab]`` of output features ``x [..., h]``
+        (the final norm of EAGLE-3, then the LM head)."""
+        c = self.cfg
         hn = rms_norm(x, self.final_norm[...], c.rms_norm_eps) if c.variant == "eagle3" else x
-        return linear(hn, self.lm_head[...], dt), x
+        return linear(hn, self.lm_head[...], jnp.float32)
 
     def __call__(self, tokens_emb: jax.Array, feats: jax.Array, positions: jax.Array,
                  cache: KVCache, *, attn_mask: jax.Array | None = None, write_offset: int = 0,
