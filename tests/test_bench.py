@@ -593,13 +593,13 @@ def test_bench_mesh_flag(tmp_path, tiny_gguf, prompts_file, capsys):
     """--mesh reaches the engine (a one-device data mesh runs; a mesh larger than the
     machine is a clear error) and is recorded."""
     out = tmp_path / "res.json"
-    assert main(["bench", "--model", str(tiny_gguf), "--methods", "ar", "--prompts",
-                 str(prompts_file), "--max-new-tokens", "4", "--repeats", "1", "--mesh",
-                 "data=1", "--output", str(out)]) == 0
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar",
+                 "--prompts", str(prompts_file), "--max-new-tokens", "4", "--repeats", "1",
+                 "--mesh", "data=1", "--output", str(out)]) == 0
     assert json.loads(out.read_text())["mesh"] == "data=1"
     capsys.readouterr()
-    assert main(["bench", "--model", str(tiny_gguf), "--prompts", str(prompts_file),
-                 "--mesh", "data=64"]) == 2
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--prompts",
+                 str(prompts_file), "--mesh", "data=64"]) == 2
     assert "needs 64 devices" in capsys.readouterr().err
 
 
