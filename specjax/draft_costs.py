@@ -24,7 +24,6 @@ Recycling, STAND, SSSD) draft by lookup and get 0 without measuring.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import warnings
@@ -55,11 +54,6 @@ def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch:
     args = {str(k): str(v) for k, v in sorted((drafter_args or {}).items())}
     return {**cost_curves.curve_key(lm, batch), "format": FORMAT, "drafter": drafter_name,
             "drafter_args": args, "max_k": int(max_k)}
-
-
-def _path(key: dict, directory: Path | None) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return (directory or cache_dir()) / f"{digest}.json"
 
 
 def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: int = STEPS,
@@ -137,7 +131,7 @@ def measured_draft_cost(lm, drafter, drafter_name: str, drafter_args: dict | Non
     K = int(drafter.max_k)
     key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch)
     d_dir = Path(directory) if directory is not None else None
-    path = _path(key, d_dir)
+    path = cost_curves.curve_path(key, d_dir or cache_dir())  # the same key -> file naming
     if m == "auto" and path.exists():
         try:
             data = json.loads(path.read_text())

@@ -176,15 +176,20 @@ class AdaptivePolicy:
             state.accepted + state.rejected + self.prior_accepted + self.prior_rejected)
         return jnp.clip(a, 0.0, 0.999)
 
-    def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
-        """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""
+    def expected_tokens(self, state: AdaptiveState) -> jnp.ndarray:
+        """Expected tokens per step for k = 0..max_k, ``[B, max_k + 1]``."""
         a = self._acceptance(state)[:, None]
         k = jnp.arange(self.max_k + 1, dtype=jnp.float32)[None]
-        tokens = (1 - a ** (k + 1)) / (1 - a)
-        return tokens / self._bucketed_cost()[None]
+        return (1 - a ** (k + 1)) / (1 - a)
+
+    def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
+        """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""
+        return self.expected_tokens(state) / self._bucketed_cost()[None]
 
     def decide(self, state: AdaptiveState, ctx):
-        gain = self.expected_gain(state)
+        tokens = self.expected_tokens(state)
+        cost = self._bucketed_cost()
+        gain = tokens / cost[None]
         best = jnp.argmax(gain, axis=1).astype(jnp.int32)
         k = jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
         # The batch pays one step: the verify block and the draft steps of its longest draft.
@@ -193,10 +198,9 @@ class AdaptivePolicy:
         live = jnp.ones(k.shape, bool) if ctx is None else ctx.live
         k = jnp.where(live, k, 0)
         kmax = jnp.max(k)
-        cost = self._bucketed_cost()
-        a = self._acceptance(state)
-        tokens = jnp.where(live, (1 - a ** (k + 1)) / (1 - a), 0.0).sum()
-        pays = tokens / cost[kmax] > self.min_gain * jnp.maximum(live.sum(), 1)
+        batch_tokens = jnp.where(live, jnp.take_along_axis(tokens, k[:, None], 1)[:, 0],
+                                 0.0).sum()
+        pays = batch_tokens / cost[kmax] > self.min_gain * jnp.maximum(live.sum(), 1)
         return jnp.where(pays, k, 0).astype(jnp.int32)
 
     def stop(self, state, step):
