@@ -24,7 +24,8 @@
 #   numerics_cases  the same grid one case at a time, each cut at $CASE_TIMEOUT seconds
 #                 (default 60), bfloat16 and w8a8 first: OUTDIR/numerics_cases.tsv says per
 #                 case passed / failed / cut / not_run and the seconds it took (float32 at batch 8 ran
-#                 past 200 s on an H100 and an H200 and hid the rest of the grid)
+#                 past 200 s on an H100 and an H200 and hid the rest of the grid);
+#                 $NUMERICS_ONLY (an extended regex) keeps only the case ids it matches
 #   exactness     scripts/measure_exactness.py on the GPU: the price of exact numerics and
 #                 the identity of prompt lookup with plain decoding, for the precisions in
 #                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
@@ -102,7 +103,8 @@ fi
 if has numerics_cases; then
   ids=$(XLA_FLAGS="" $py -P -m pytest tests/numerics_checks.py -q -p no:cacheprovider \
     --collect-only -m "${NUMERICS_MARK:-long or not long}" 2>/dev/null | grep '::' \
-    | awk '/bfloat16|w8a8/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}')
+    | awk '/bfloat16|w8a8/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}' \
+    | grep -E -- "${NUMERICS_ONLY:-.}")
   for id in $ids; do
     t0=$(date +%s)
     # the same -m as the collection: the grid's long cases are deselected by default, and a

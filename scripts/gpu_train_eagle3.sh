@@ -14,6 +14,9 @@
 #   bash scripts/gpu_train_eagle3.sh run OUT     # piece 1; corpus growth; training; pack
 #   bash scripts/gpu_train_eagle3.sh heads OUT   # then, on the warm machine: Medusa-1 and
 #                                                # Hydra++ heads (HEADS, TRAIN_S_<task>), packed
+#   bash scripts/gpu_train_eagle3.sh magpie OUT  # or: chat prompts written by the target,
+#                                                # a second corpus of their answers, and the
+#                                                # EAGLE-3 head trained on both corpora
 #
 # (`stash OUT` copies a further piece from .gpb, for a tree too large for two calls.)
 #
@@ -147,6 +150,46 @@ heads)
     packed+=($run/head_bf16 $run/metrics.jsonl $run/curves.png)
   done
   tar cf - "${packed[@]}" 2>/dev/null | gzip -1 | split -b 15000000 - "$out/heads.part-"
+  ls -l "$out"
+  ;;
+magpie)
+  # Chat prompts written by the target itself (`specjax train prompts`, the Magpie recipe) for
+  # MAGPIE_S seconds, answered into a second corpus (`specjax train data --prompts-file`) for
+  # CORPUS2_S seconds, then the EAGLE-3 head trained on both corpora (--data A,B) from the
+  # head in .gpa/init_head.tgz for TRAIN_S seconds; prompts, corpus, head and metrics packed
+  # into OUT/pack.part-* (`cat pack.part-* | tar xz` in the repository root).
+  prepare
+  prompts=/root/prompts_magpie.jsonl; corpus2=/root/corpus_magpie
+  t0=$(date +%s)
+  timeout -k 10 $(( ${MAGPIE_S:-75} + 50 )) $py -P -m specjax.cli train prompts --out $prompts \
+    --num-prompts ${MAGPIE_N:-8192} --chunk-size ${MAGPIE_CHUNK:-1024} \
+    --batch-size ${MAGPIE_BATCH:-512} --time-limit $($py -c "print(${MAGPIE_S:-75} / 60)") \
+    --quiet > "$out/prompts.json" 2> "$out/prompts.log"
+  echo "prompts: rc $? after $(( $(date +%s) - t0 )) s"; cat "$out/prompts.json"
+  t0=$(date +%s)
+  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS2_S:-150} + 50 )) $py -P -m specjax.cli train data \
+    --out $corpus2 --prompts-file $prompts --num-prompts ${MAGPIE_N:-8192} \
+    --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-256} --shard-size 256 \
+    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
+    --time-limit $($py -c "print(${CORPUS2_S:-150} / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
+  echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s"; tail -3 "$out/corpus2.log"
+  steps=$($py -c "print(max(100, int(${TRAIN_S:-200} / ${STEP_S:-0.106})))")
+  run=${RUN_DIR:-runs/eagle3_smollm2_gpu4}
+  init=${INIT_FROM:-$parts/init_head}
+  echo "training $run from $init, total_steps=$steps"
+  t0=$(date +%s)
+  timeout -k 20 $(( ${TRAIN_S:-200} + 90 )) $py -P -m specjax.cli train eagle3 \
+    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps \
+    --data $corpus,$corpus2 --out-dir $run --init-from $init \
+    --time-limit $($py -c "print(round(${TRAIN_S:-200} / 60 + 0.3, 2))") --quiet \
+    > "$out/train.json" 2> "$out/train.log"
+  echo "train: rc $? after $(( $(date +%s) - t0 )) s"
+  tail -5 "$out/train.log"; tail -2 $run/metrics.jsonl
+  $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax --out-dtype bfloat16 \
+    2>&1 | tail -1
+  tar cf - --transform "s,^${corpus2#/},data/corpus_magpie," --transform "s,^${prompts#/},data/prompts_magpie.jsonl," \
+    $corpus2 $prompts $prompts.meta.json $run/head_bf16 $run/metrics.jsonl $run/curves.png 2>/dev/null \
+    | gzip -1 | split -b 15000000 - "$out/pack.part-"
   ls -l "$out"
   ;;
 *)

@@ -445,8 +445,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint in its out_dir; the flags override the config's fields. "
                         "specjax train acceptance ...: the specdec++ policy's acceptance head; "
                         "specjax train data ...: builds a training corpus (see specjax train "
-                        "data --help).")
-    tr.add_argument("task", metavar="TASK", help="a registered training task, or 'data'")
+                        "data --help); specjax train prompts ...: chat prompts written by "
+                        "the target itself (Magpie), for --prompts-file of train data.")
+    tr.add_argument("task", metavar="TASK", help="a registered training task, 'data', 'prompts' or "
+                    "'acceptance'")
     tr.add_argument("train_argv", nargs=argparse.REMAINDER, metavar="...",
                     help="the task's flags (specjax train TASK --help)")
     tr.set_defaults(fn=cmd_train)
@@ -554,6 +556,13 @@ def cmd_train(args) -> int:
                                      description=(acceptance.__doc__ or "").split("\n\n")[0])
         acceptance.add_flags(ap)
         return int(acceptance.main(ap.parse_args(args.train_argv)) or 0)
+    if args.task == "prompts":  # chat prompts written by the target itself (Magpie)
+        from specjax.train import magpie
+
+        mp = argparse.ArgumentParser(prog="specjax train prompts",
+                                     description=(magpie.__doc__ or "").split("\n\n")[0])
+        magpie.add_arguments(mp)
+        return int(magpie.main(mp.parse_args(args.train_argv)) or 0)
 
     from specjax.train import TASKS, fit, load_train_config, replace_from_flags
 

@@ -91,8 +91,11 @@ class Corpus:
     def open(cls, path: str | Path, tokenizer_sha256: str | None = None) -> Corpus:
         """Opens the corpus in ``path`` and checks it.
 
+        ``path`` may name several corpora separated by commas (``"data/a,data/b"``): they are
+        read as one, the records of the first first. All must share one tokenizer.
+
         Args:
-          path: the corpus directory.
+          path: the corpus directory, or comma-separated directories.
           tokenizer_sha256: the hash (:func:`tokenizer_sha256`) of the model's tokenizer; the
             corpus must have been encoded with the same one. ``None``: not checked.
 
@@ -101,6 +104,13 @@ class Corpus:
             manifest, another format, another tokenizer, missing or unreadable shards, a
             record count that disagrees with the manifest, an empty corpus.
         """
+        parts = [q.strip() for q in str(path).split(",")] if "," in str(path) else None
+        if parts is not None:
+            if not all(parts):
+                raise DataError(f"{path!r}: an empty corpus name in the comma-separated list")
+            if len(set(parts)) != len(parts):
+                raise DataError(f"{path!r}: a corpus is named twice")
+            return cls._concat([cls.open(q, tokenizer_sha256) for q in parts], str(path))
         p = Path(path)
         if not p.is_dir():
             raise DataError(f"{p}: corpus directory not found (build one with "
@@ -151,6 +161,32 @@ class Corpus:
             raise DataError(f"{p}: the shards hold {len(source)} records, the manifest says "
                             f"{n} (a shard is truncated or the manifest is stale)")
         return cls(p, manifest, source)
+
+    @classmethod
+    def _concat(cls, corpora: list[Corpus], name: str) -> Corpus:
+        shas = {c.manifest.get("tokenizer_sha256") for c in corpora}
+        if len(shas) > 1:
+            raise DataError(f"{name}: the corpora were encoded with different tokenizers "
+                            f"({', '.join(str(c.path) for c in corpora)}); train on one "
+                            "model's corpora only")
+        paths = [str(c.path / s) for c in corpora for s in c.manifest["shards"]]
+        try:
+            import grain
+
+            source = grain.sources.ArrayRecordDataSource(paths)
+        except Exception as e:  # noqa: BLE001 - the reader raises bare RuntimeErrors
+            raise DataError(f"{name}: cannot open the shards as ArrayRecord files "
+                            f"({type(e).__name__}: {e})") from None
+        manifest = {
+            "format": FORMAT,
+            "parts": [str(c.path) for c in corpora],
+            "model": corpora[0].manifest.get("model"),
+            "tokenizer_sha256": shas.pop(),
+            "shards": [f"{c.path.name}/{s}" for c in corpora for s in c.manifest["shards"]],
+            "num_records": sum(len(c) for c in corpora),
+            "complete": all(c.manifest.get("complete", True) is not False for c in corpora),
+        }
+        return cls(Path(name), manifest, source)
 
     def __len__(self) -> int:
         return len(self.source)

@@ -86,6 +86,10 @@ class CorpusConfig:
       chat: apply the checkpoint's chat template to the prompts.
       max_prompt_tokens: longer prompts are dropped (and counted), never truncated.
       sources: pool sources (:data:`specjax.train.pool.SOURCES`).
+      prompts_file: take the candidate prompts from this JSONL file (``id``, ``source``,
+        ``task``, ``prompt`` per line, in the order given, e.g. written by ``specjax train
+        prompts``) instead of the pool's sources; the overlap check and the length cap apply
+        the same way.
       dtype: compute dtype of the target (``float32`` | ``bfloat16``).
       quantize: ``none`` | ``w8a8``.
     """
@@ -104,6 +108,7 @@ class CorpusConfig:
     chat: bool = True
     max_prompt_tokens: int = 384
     sources: tuple[str, ...] = SOURCES
+    prompts_file: str | None = None
     dtype: str = "float32"
     quantize: str = "none"
 
@@ -230,8 +235,14 @@ def _select_prompts(config: CorpusConfig, encode, index_specs: tuple[str, ...],
     if not config.exclude:
         log("warning: no evaluation set given (--exclude SPEC): the pool was checked against "
             "the built-in prompts only; Spec-Bench, MT-Bench and HumanEval were NOT checked")
-    want = math.ceil(config.num_prompts * _OVERSAMPLE) + 64
-    cands = build_pool(config.seed, want, config.sources, log=log)
+    if config.prompts_file is not None:
+        from specjax.train.magpie import read_prompt_file
+
+        cands = read_prompt_file(config.prompts_file)
+        log(f"{len(cands)} candidate prompts from {config.prompts_file}")
+    else:
+        want = math.ceil(config.num_prompts * _OVERSAMPLE) + 64
+        cands = build_pool(config.seed, want, config.sources, log=log)
     kept, report = filter_overlaps(cands, evals, strict=config.strict)
     refused = {k: report[k] for k in ("exact", "contained", "near_duplicate")}
     log(f"overlap check against {', '.join(index_specs)} ({len(evals)} eval prompts): "
@@ -503,6 +514,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="longer prompts are dropped (counted), never truncated")
     parser.add_argument("--sources", default=",".join(SOURCES),
                         help=f"comma-separated pool sources (default: all: {','.join(SOURCES)})")
+    parser.add_argument("--prompts-file", default=None, metavar="FILE.jsonl",
+                        help="candidate prompts from this JSONL file (id, source, task, prompt; "
+                             "e.g. from `specjax train prompts`) instead of --sources")
     parser.add_argument("--exclude", action="append", default=[], metavar="SPEC",
                         help="evaluation prompt set no training prompt may overlap "
                              "(repeatable): spec_bench:PATH, mt_bench, humaneval, ...")
@@ -528,7 +542,7 @@ def config_from_args(args: argparse.Namespace) -> CorpusConfig:
         time_limit_min=args.time_limit, chat=not args.no_chat_template,
         max_prompt_tokens=args.max_prompt_tokens,
         sources=tuple(s.strip() for s in args.sources.split(",") if s.strip()),
-        dtype=args.dtype, quantize=args.quantize)
+        prompts_file=args.prompts_file, dtype=args.dtype, quantize=args.quantize)
 
 
 def main(args: argparse.Namespace) -> int:
