@@ -489,8 +489,13 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_heads_gpu3_specbench", "EAGLE-3 heads for SmolLM2: g2 and g3 (the "
-                                                       "second GPU session's, shipped), Spec-Bench, "
+    for name, title in (("bench_heads_gpu5_specbench", "EAGLE-3 heads for SmolLM2: g3 (shipped "
+                                                       "until 2026-11-27), g4 and g5 (trained on "
+                                                       "the Magpie corpus too; g5 shipped), "
+                                                       "Spec-Bench, 1 question per category"),
+                        ("bench_heads_gpu3_specbench", "EAGLE-3 heads for SmolLM2: g2 and g3 (the "
+                                                       "second GPU session's, shipped until "
+                                                       "2026-11-27), Spec-Bench, "
                                                        "1 question per category"),
                         ("bench_heads_gpu_specbench", "EAGLE-3 heads for SmolLM2: the CPU-trained "
                                                       "one (ship) and the two GPU runs (g1, g2), "

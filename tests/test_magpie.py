@@ -3,6 +3,7 @@ prompt file, and training on several corpora at once."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -165,6 +166,16 @@ def test_corpus_from_a_prompt_file_and_training_on_two_corpora(tmp_path, tiny_gg
     assert ma["config"]["prompts_file"] == str(pf)
     recs = [r for s in ma["shards"] for r in read_shard(tmp_path / "a" / s)]
     assert sorted(r["id"] for r in recs) == ["m0", "m1", "m2", "m4"]
+    # the same corpus with the prompt file moved: complete, nothing to do; sources instead of
+    # a prompt file: refused, naming the setting
+    moved = tmp_path / "moved.jsonl"
+    pf.rename(moved)
+    again = build_corpus(dataclasses.replace(cfgs[0], prompts_file=str(moved)), tiny_lm,
+                         progress=False, log=_quiet)
+    assert again["num_records"] == 4
+    with pytest.raises(ConfigError, match="prompts_file"):
+        build_corpus(dataclasses.replace(cfgs[0], prompts_file=None), tiny_lm,
+                     progress=False, log=_quiet)
     mb = build_corpus(cfgs[1], tiny_lm, progress=False, log=_quiet)
     both = Corpus.open(f"{tmp_path / 'a'},{tmp_path / 'b'}",
                        tiny_lm.tokenizer and ma["tokenizer_sha256"])

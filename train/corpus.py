@@ -206,6 +206,10 @@ def _check_resumable(path: Path, manifest: dict, config: CorpusConfig) -> None:
     free = _RESUME_FREE
     if config.temperature == 0 and manifest.get("config", {}).get("temperature") == 0:
         free += _RESUME_FREE_GREEDY
+    if config.prompts_file is not None and manifest.get("config", {}).get("prompts_file"):
+        # the prompts taken from the file are in pool.jsonl (checked by its sha256): the file
+        # may have moved (a corpus built on another machine continues here)
+        free += ("prompts_file",)
     old = {k: v for k, v in manifest.get("config", {}).items() if k not in free}
     new = {k: v for k, v in config.to_dict().items() if k not in free}
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
