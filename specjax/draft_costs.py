@@ -63,10 +63,8 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     token budgets ``steps`` apart (one compiled program) and takes the difference, so the
     prefill and the shorter drafts of the last steps cancel; median over ``repeats`` after a
     compiling run."""
-    import numpy as np
-
-    from specjax.engine import bucket_length, generate
-    from specjax.sampling import SamplingParams
+    from specjax.bench.curve import seconds_per_forward
+    from specjax.engine import bucket_length
 
     vocab = lm.model.cfg.vocab_size
     prompt = [(7 * i + 11) % vocab for i in range(prefix)]
@@ -75,18 +73,7 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     cache_len = -(-(bucket_length(prefix) + long + 1) // 64) * 64
 
     def per_forward(d) -> float:
-        ts = []
-        for rep in range(repeats + 1):  # the first run compiles
-            got = []
-            for n in (short, long):
-                r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
-                             sampling=SamplingParams(temperature=0.0), batch_size=batch,
-                             drafter=d)
-                got.append((r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)))
-            (t1, f1), (t2, f2) = got
-            if rep:
-                ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
-        return float(np.median(ts))
+        return seconds_per_forward(lm, d, prompt, batch, (short, long), cache_len, repeats)
 
     return {"plain_step_s": per_forward(None), "step_s": per_forward(drafter), "k": K,
             "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}

@@ -15,6 +15,15 @@ os.environ.setdefault("SPECJAX_COST_CURVE", "builtin")
 # what specjax caches per machine (exact numerics' probe answers) goes to a directory of this
 # run, shared by its workers, not the user's cache (tests/test_numerics.py checks that cache)
 os.environ.setdefault("SPECJAX_CACHE_DIR", tempfile.mkdtemp(prefix="specjax-tests-"))
+# many test modules compile the same programs (the tiny models' decode loops at the same
+# shapes), and the suite drops compiled programs after each module (below): JAX's persistent
+# compilation cache, in this run's directory (shared by the workers and the subprocesses),
+# loads a program compiled before instead of compiling it again. The key holds the program,
+# the compile options and the XLA flags, so a test gets the executable it would have compiled.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(os.environ["SPECJAX_CACHE_DIR"], "jax-compilation-cache"))
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # the suite drops every compiled program after each module (below), so the engine's own bound
 # on kept programs (64, least recently used dropped, with JAX's caches) only made test modules
 # that compile more than that recompile (+4 min of CPU on the fresh-clone run of 2026-11-26);

@@ -255,6 +255,8 @@ _ADAPTIVE_LONG = ("ngram", "sssd", "stand", "suffix")
 # suite time: drafters whose own test file checks greedy identity at batch 1, 3 and 8 with
 # their default (fixed) policy run the fixed pair under long too
 _FIXED_LONG = ("sssd", "del",  # tests/test_sssd.py, tests/test_dynamic_exit.py
+               # tests/test_ngram.py, test_suffix.py, test_stand.py, test_token_recycling.py
+               "ngram", "suffix", "stand", "token_recycling",
                # tests/test_speculative.py::test_greedy_equals_plain_decoding (batch 1, 3, 8)
                "prompt_lookup", "early_exit", "layer_skip", "draft_model")
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(

@@ -64,8 +64,10 @@ def test_confident_length():
 
 
 @pytest.mark.parametrize("sources", [
-    "suffix,prompt_lookup,token_recycling", "token_recycling",
-    pytest.param("prompt_lookup", marks=pytest.mark.long)])  # the suite's time
+    "suffix,prompt_lookup,token_recycling",
+    # the suite's time: each source alone under -m long (all three together run by default)
+    pytest.param("token_recycling", marks=pytest.mark.long),
+    pytest.param("prompt_lookup", marks=pytest.mark.long)])
 def test_greedy_identity(target, prompts, plain, sources):
     m = methods.build("ngram", target, {"sources": sources, "k": "6"})
     assert m.drafter.names == tuple(sources.split(","))

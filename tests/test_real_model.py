@@ -128,7 +128,9 @@ def plain_one_by_one(smollm2):
 
 # the self-speculative drafters are checked on tiny models in the default run and here under
 # `-m long` (the default run must stay under 20 minutes on CI's 2 cores)
-@pytest.mark.parametrize("method", ["prompt_lookup", "draft_model",
+# (draft_model too: tests/test_speculative.py checks it at batch 1, 3 and 8 on tiny models)
+@pytest.mark.parametrize("method", ["prompt_lookup",
+                                    pytest.param("draft_model", marks=pytest.mark.long),
                                     pytest.param("early_exit", marks=pytest.mark.long),
                                     pytest.param("layer_skip", marks=pytest.mark.long)])
 def test_every_method_batched_matches_plain_decoding(smollm2, plain_one_by_one, method):

@@ -111,6 +111,36 @@ class _JunkDrafter:
         return state
 
 
+def seconds_per_forward(lm, drafter, prompt, batch: int, budgets: tuple[int, int],
+                        cache_len: int, repeats: int) -> float:
+    """Seconds per target forward of the decode loop, greedy, ``batch`` rows of ``prompt``,
+    under ``drafter`` (None: plain decoding) with its default policy.
+
+    Each repeat decodes two token budgets (``budgets``: short, long) with one cache length
+    (one compiled program) and takes the difference of their decode times (prefill excluded)
+    over the difference of their forwards, so the prefill and the shorter drafts of the last
+    steps before a budget cancel; the median over ``repeats``, after a compiling run. The
+    in-loop probes (:func:`verify_curve_in_loop`, :mod:`specjax.draft_costs`) time with it.
+    """
+    import numpy as np
+
+    from specjax.engine import generate
+    from specjax.sampling import SamplingParams
+
+    def decode(n):
+        r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
+                     sampling=SamplingParams(temperature=0.0), batch_size=batch,
+                     drafter=drafter)
+        return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
+
+    ts = []
+    for rep in range(repeats + 1):  # the first run compiles
+        (t1, f1), (t2, f2) = decode(budgets[0]), decode(budgets[1])
+        if rep:
+            ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
+    return float(np.median(ts))
+
+
 def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int = 256,
                          steps: int = 64, repeats: int = 5,
                          progress: Callable | None = None) -> dict:
@@ -127,10 +157,7 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
     tokens), so give the ks of that engine's buckets to time exactly its block sizes. Same
     JSON layout as :func:`verify_curve`, plus ``in_loop: true``.
     """
-    import numpy as np
-
-    from specjax.engine import bucket_length, generate
-    from specjax.sampling import SamplingParams
+    from specjax.engine import bucket_length
 
     if max(ks) < 2:
         raise BenchError("the in-loop curve needs a k >= 2 (a drafted token)")
@@ -142,19 +169,8 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
     out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
            "relative": {}, "in_loop": True, "steps": steps, "engine_k": K}
 
-    def decode(n, drafter, B):  # the engine's default policy asks for max_k every step
-        r = generate(lm.model, [prompt] * B, max_new_tokens=n, cache_len=cache_len,
-                     sampling=SamplingParams(temperature=0.0), batch_size=B, drafter=drafter)
-        return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
-
-    def time_one(B, k):
-        drafter = _JunkDrafter(max_k=K, n=k - 1)
-        ts = []
-        for rep in range(repeats + 1):  # the first run compiles
-            t1, f1 = decode(short, drafter, B)
-            t2, f2 = decode(long, drafter, B)
-            if rep:
-                ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
-        return float(np.median(ts))
+    def time_one(B, k):  # the engine's default policy asks for max_k every step
+        return seconds_per_forward(lm, _JunkDrafter(max_k=K, n=k - 1), prompt, B,
+                                   (short, long), cache_len, repeats)
 
     return _fill_curve(out, ks, batches, time_one, progress)

@@ -96,6 +96,15 @@ DEFAULT_COST = load_cost_curve(str(_CURVES / "smollm2-135m_float32.json"), 1)
 DEFAULT_COST_W8A8 = load_cost_curve(str(_CURVES / "smollm2-135m_w8a8.json"), 1)
 
 
+def geometric_tokens(a: jnp.ndarray, max_k: int) -> jnp.ndarray:
+    """Tokens a step yields in expectation, ``(1 - a^(k+1)) / (1 - a)`` for k = 0..max_k, when
+    each drafted token is accepted with probability ``a`` (``[B]``, clipped to [0, 0.999])
+    given the ones before it: ``[B, max_k + 1]``."""
+    a = jnp.clip(a, 0.0, 0.999)[:, None]
+    k = jnp.arange(max_k + 1, dtype=jnp.float32)[None]
+    return (1 - a ** (k + 1)) / (1 - a)
+
+
 def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
     """``cost[k]`` for drafting k = 0..max_k: the relative cost of the verify block the engine
     runs for ``k + 1`` tokens (its bucketed size; linearly extrapolated past the curve)."""
@@ -178,9 +187,7 @@ class AdaptivePolicy:
 
     def expected_tokens(self, state: AdaptiveState) -> jnp.ndarray:
         """Expected tokens per step for k = 0..max_k, ``[B, max_k + 1]``."""
-        a = self._acceptance(state)[:, None]
-        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)[None]
-        return (1 - a ** (k + 1)) / (1 - a)
+        return geometric_tokens(self._acceptance(state), self.max_k)
 
     def expected_gain(self, state: AdaptiveState) -> jnp.ndarray:
         """Tokens per unit cost for k = 0..max_k, ``[B, max_k + 1]``."""

@@ -34,7 +34,8 @@ import jax
 import jax.numpy as jnp
 
 from specjax.errors import PolicyError
-from specjax.policies.adaptive import DEFAULT_COST, _parse_cost, bucketed_cost
+from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, bucketed_cost,
+                                       geometric_tokens)
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
@@ -87,9 +88,7 @@ class SmartSpecPolicy:
 
     def expected_tokens(self, state) -> jax.Array:
         """``E_i(k)``, ``[B, max_k + 1]``."""
-        a = jnp.clip(state, 0.0, 0.999)[:, None]
-        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)[None]
-        return (1 - a ** (k + 1)) / (1 - a)
+        return geometric_tokens(state, self.max_k)
 
     def decide(self, state, ctx):
         e = self.expected_tokens(state)
