@@ -530,9 +530,12 @@ def main():
                                                       "drafter's measured cost counted, "
                                                       "Spec-Bench (1 question per category), "
                                                       "batch 1 and 4 (issue 23)"),
+                        ("bench_spec_bench_heads_gpu5", "Trained head drafters on Spec-Bench (10 "
+                                                        "questions per category, 128 tokens; the "
+                                                        "gpu5 head, shipped)"),
                         ("bench_spec_bench_heads_gpu3", "Trained head drafters on Spec-Bench (10 "
                                                         "questions per category, 128 tokens; the "
-                                                        "gpu3 head, shipped)"),
+                                                        "gpu3 head, shipped until 2026-11-27)"),
                         ("bench_spec_bench_heads_gpu", "Trained head drafters on Spec-Bench (10 "
                                                        "questions per category, 128 tokens; the "
                                                        "gpu2 head)"),
