@@ -37,6 +37,7 @@ from flax import nnx
 
 from specjax.buckets import verify_buckets
 from specjax.cache import KVCache
+from specjax.drafters._tree import run_if
 from specjax.drafters.base import StepContext, drafter_features, tree_spec
 from specjax.features import (
     NO_FEATURES,
@@ -48,7 +49,7 @@ from specjax.features import (
 )
 from specjax.rng import Stream, fold
 from specjax.sampling import process_logits
-from specjax.tree import ancestor_mask, tree_positions
+from specjax.tree import DraftTree, ancestor_mask, tree_positions
 from specjax.verifiers.base import SamplingArrays, sampling_rule, target_probs
 
 
@@ -131,6 +132,11 @@ class DecodeLoop:
       eos_ids: token ids that end a row (kept in the output).
       cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
         sharding table's ``(batch, sequence, kv_heads, -)``); None on one device.
+      idle_skip: in a step where the policy gives every row ``k = 0``, a drafter with a
+        ``skip`` method is neither asked to propose nor updated: the step costs a plain
+        decoding step plus ``skip`` (the drafter records the committed token, catching up
+        later). False runs ``propose`` and ``update`` in every step (same outputs; for A/B
+        measurements and tests).
     """
 
     graphdef: Any
@@ -140,6 +146,7 @@ class DecodeLoop:
     greedy: bool = True
     eos_ids: tuple[int, ...] = ()
     cache_sharding: Any = None
+    idle_skip: bool = True
 
     @property
     def speculative(self) -> bool:
@@ -239,7 +246,74 @@ class DecodeLoop:
         return dataclasses.replace(s, cache=cache, seq=seq, seq_len=seq_len, done=done,
                                    step=s.step + 1, metrics=metrics)
 
+    def _context(self, s: LoopState, sampling: SamplingArrays) -> StepContext:
+        return StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache,
+                           keys=fold(s.keys, s.step + 1), live=~s.done,
+                           temperature=sampling.temperature, top_k=sampling.top_k,
+                           top_p=sampling.top_p,
+                           want_q="kld" in getattr(self.policy, "signals", ()))
+
     def _spec_step(self, target, dparams, sampling, s: LoopState) -> LoopState:
+        """The policy picks each row's ``k``; then a draft-and-verify step, or, when no row
+        drafts and the drafter can skip (``idle_skip``), an idle step."""
+        ctx = self._context(s, sampling)
+        n, n_out = s.cache.lengths, s.seq_len - s.prompt_len
+        k = self.policy.decide(s.policy_state, ctx)
+        k = jnp.minimum(jnp.minimum(k, s.cache.max_len - n - 1), s.max_new - n_out - 1)
+        k = jnp.where(ctx.live, jnp.clip(k, 0, self.K), 0).astype(jnp.int32)
+        if not (self.idle_skip and callable(getattr(self.drafter, "skip", None))):
+            return self._draft_verify(target, dparams, sampling, s, k)
+        # zero-or-one-trip loops rather than lax.cond: the state (the target cache among it)
+        # is carried in place, where a conditional would copy it in and out of the branch
+        drafting = jnp.any(k > 0)
+        _, s = run_if(drafting, lambda st: (
+            (), self._draft_verify(target, dparams, sampling, st, k)), (), s)
+        _, s = run_if(~drafting, lambda st: (
+            (), self._idle_step(target, dparams, sampling, st, k)), (), s)
+        return s
+
+    def _idle_step(self, target, dparams, sampling, s: LoopState, k) -> LoopState:
+        """A step in which no row drafts: one plain forward of the pending tokens (with the
+        features the drafter reads), the verifier's correction token at the root (the same
+        rule and key as a draft-and-verify step with nothing drafted, so sampled rows draw
+        the same token either way), and the drafter's ``skip`` instead of ``propose`` and
+        ``update``."""
+        drafter, policy, fs = self.drafter, self.policy, self.features
+        ctx = self._context(s, sampling)
+        spec = tree_spec(drafter)
+        N, D = spec.num_nodes, spec.depth
+        B = s.seq.shape[0]
+        live = ctx.live
+        zero = jnp.zeros((B,), jnp.int32)
+        o = target(ctx.pending[:, None], s.cache.lengths[:, None], s.cache,
+                   **forward_kwargs(fs))
+        vout = self.verifier.target_output(o.logits, sampling, self.greedy)
+        vout = jnp.pad(vout, [(0, 0), (0, N)] + [(0, 0)] * (vout.ndim - 2))
+        tree = _empty_tree(lambda: drafter.propose(dparams, target, s.draft_state, ctx, k,
+                                                   self.greedy, None))
+        _, _, nxt = self.verifier.accept(
+            fold(ctx.keys, int(Stream.VERIFY)), tree, tree.valid, zero, vout, depth=D,
+            chain=getattr(drafter, "tree", None) is None, greedy=self.greedy,
+            rule=sampling_rule(drafter))
+        cache = o.cache.advance(live.astype(jnp.int32))
+        idx = jnp.where(live, s.seq_len, s.seq.shape[1])  # out of range: dropped
+        seq = s.seq.at[jnp.arange(B), idx].set(nxt, mode="drop")
+        seq_len = s.seq_len + live
+        done = self._done(s, cache, seq_len, _is_eos(nxt, self.eos_ids), live)
+        after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
+        dstate = drafter.skip(dparams, target, s.draft_state, after, from_output(fs, o))
+        if "kld" in getattr(policy, "signals", ()):
+            pstate = policy.update(s.policy_state, k, zero, zero,
+                                   kld=jnp.zeros((B, N), jnp.float32))
+        else:
+            pstate = policy.update(s.policy_state, k, zero, zero)
+        mt = s.metrics
+        return dataclasses.replace(
+            s, cache=cache, draft_state=dstate, policy_state=pstate, seq=seq, seq_len=seq_len,
+            done=done, step=s.step + 1,
+            metrics=dataclasses.replace(mt, forwards=mt.forwards + live))
+
+    def _draft_verify(self, target, dparams, sampling, s: LoopState, k) -> LoopState:
         drafter, policy, verifier = self.drafter, self.policy, self.verifier
         greedy, K, fs = self.greedy, self.K, self.features
         S = s.cache.max_len
@@ -252,15 +326,10 @@ class DecodeLoop:
         path_ids = jnp.arange(D + 1, dtype=jnp.int32)
         live = ~s.done
         n = s.cache.lengths  # committed = position of the pending token
-        step_keys = fold(s.keys, s.step + 1)
-        want_kld = "kld" in getattr(policy, "signals", ())
-        ctx = StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache, keys=step_keys,
-                          live=live, temperature=sampling.temperature, top_k=sampling.top_k,
-                          top_p=sampling.top_p, want_q=want_kld)
+        ctx = self._context(s, sampling)
+        step_keys = ctx.keys
+        want_kld = ctx.want_q
         n_out = s.seq_len - s.prompt_len
-        k = policy.decide(s.policy_state, ctx)
-        k = jnp.minimum(jnp.minimum(k, S - n - 1), s.max_new - n_out - 1)
-        k = jnp.where(live, jnp.clip(k, 0, K), 0).astype(jnp.int32)
         stop = None
         if policy.stops_mid_draft:
             stop = functools.partial(policy.stop, s.policy_state)
@@ -344,6 +413,16 @@ class DecodeLoop:
         return LoopState(cache=cache, draft_state=dstate, policy_state=pstate, seq=seq,
                          seq_len=seq_len, prompt_len=s.prompt_len, max_new=s.max_new,
                          done=done, keys=s.keys, step=s.step + 1, metrics=metrics)
+
+
+def _empty_tree(propose) -> DraftTree:
+    """The tree ``propose() -> (DraftTree, state, cache)`` returns when no node is drafted,
+    without running it: its shapes, every node invalid."""
+    shape, _, _ = jax.eval_shape(propose)
+    z = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shape)
+    return dataclasses.replace(
+        z, parent=z.parent - 1, depth=z.depth + 1, valid=jnp.zeros(z.valid.shape, bool),
+        slot=None if z.slot is None else z.slot - 1)
 
 
 def chain_kld(logits, q, sampling: SamplingArrays, greedy: bool, N: int) -> jax.Array:

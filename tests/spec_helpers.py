@@ -1,6 +1,7 @@
 """Shared pieces of the speculative-decoding tests: the tiny target, prompts, the exact law of
 three sampled tokens with a chi-square check, and the cache invariant."""
 
+import dataclasses
 import itertools
 
 import jax
@@ -144,3 +145,26 @@ def check_cache_after_every_step(target, d, budgets, seed=3):
                 _check_rows(st.draft_state, full_cache(draft_model, jnp.asarray(seq[:, :S])),
                             np.maximum(cl - 1, 0), "draft cache, " + what)
     assert steps_seen >= len(budgets) + 1  # some budget took more than one step
+
+
+@dataclasses.dataclass(frozen=True)
+class IdlePolicy:
+    """A test policy with idle steps: every row drafts ``max_k`` when its step count is a
+    multiple of 7 (so six steps in a row draft nothing in the whole batch: the loop's idle
+    path, with the EAGLE drafter's pending buffer filling up), and row 1 also on multiples of
+    5 (steps where some rows draft and others do not)."""
+
+    max_k: int
+    name: str = "idle-test"
+    stops_mid_draft: bool = False
+
+    def init(self, batch):
+        return jnp.zeros((batch,), jnp.int32)
+
+    def decide(self, state, ctx):
+        row = jnp.arange(state.shape[0])
+        go = (state % 7 == 0) | ((row == 1) & (state % 5 == 0))
+        return jnp.where(go, self.max_k, 0).astype(jnp.int32)
+
+    def update(self, state, k, n_draft, n_acc):
+        return state + 1

@@ -9,8 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
-    three_token_law
+from spec_helpers import IdlePolicy, chi_square_check, make_target, mixed_prompts, \
+    sharp_tiny_pair, three_token_law
 
 from specjax import drafters
 from specjax.engine import generate, make_loop
@@ -63,15 +63,18 @@ def test_default_feature_layers():
         EagleHeadConfig.for_target(make_target().cfg, "eagle3", feature_layers=(1, 2))
 
 
-@pytest.mark.parametrize("tree", [None, "dynamic:width=2,nodes=5"], ids=["chain", "tree"])
-def test_head_cache_and_pending_features_after_every_step(target, tree):
+@pytest.mark.parametrize("tree, idle", [(None, False), ("dynamic:width=2,nodes=5", False),
+                                        (None, True)], ids=["chain", "tree", "chain-idle"])
+def test_head_cache_and_pending_features_after_every_step(target, tree, idle):
     """After every step the head's committed cache equals one head forward over all committed
     pairs (g_t, x_{t+1}) built from a plain target forward, and the pending features are the
     target's features of the last committed positions: the head drafts exactly what a head
-    run from scratch on the committed text would."""
+    run from scratch on the committed text would. ``idle``: under a policy with runs of six
+    steps where no row drafts (``skip``: pending pairs pile up, the buffer is flushed into
+    the head cache when full)."""
     d = drafters.make("eagle", target, k=3, tree=tree)
     head = nnx.merge(d.graphdef, d.params()["head"])
-    loop = make_loop(target, drafter=d)
+    loop = make_loop(target, drafter=d, policy=IdlePolicy(d.max_k) if idle else None)
     _, params = nnx.split(target)
     ps = mixed_prompts(3, seed=2)
     B, P, S = 3, 32, 64
@@ -95,7 +98,7 @@ def test_head_cache_and_pending_features_after_every_step(target, tree):
                          head.init_cache(B, S), prefix_empty=True, compute_logits=False)
         return g, ref
 
-    steps = 0
+    steps, flushed, prev = 0, False, np.zeros(B, np.int32)
     while not bool(np.asarray(st.done).all()):
         st = run_jit(loop, params, d.params(), st, arrays, jnp.int32(int(st.step) + 1))
         steps += 1
@@ -114,7 +117,10 @@ def test_head_cache_and_pending_features_after_every_step(target, tree):
                                        np.asarray(ref.v[0][b, :start[b]]), atol=2e-5)
             np.testing.assert_allclose(np.asarray(ds.pend_feat[b, :npend[b]]),
                                        np.asarray(g[b, start[b]:n]), atol=2e-5)
-    assert steps >= 3
+            flushed |= bool(prev[b] == 4 and npend[b] == 1)  # a full buffer written
+        prev = npend
+    assert steps >= (10 if idle else 3)
+    assert flushed or not idle
 
 
 @pytest.mark.parametrize("kw", [dict(k=2), dict(k=2, tree="fixed:0,1,0.0"),

@@ -20,6 +20,13 @@ distribution calls it after each drafted token (the chain and tree helpers in
 step committed (the root, then the accepted nodes) in ``update``. They come from the prefill
 and the verify forward: no extra target forward.
 
+An optional ``skip(params, target, state, ctx_after, features) -> state`` lets the loop
+leave the drafter out of a step in which the policy gives every row ``k = 0``: neither
+``propose`` nor ``update`` runs, and ``skip`` records the one committed token (``features``
+as for ``update`` with nothing accepted: index 0 is that token's). The EAGLE drafter defers
+its head pass to the next proposal this way; a drafter without ``skip`` is proposed and
+updated every step, drafting nothing.
+
 ``propose`` may write scratch entries into the target cache past its committed length
 (self-speculative drafters draft through the target's own layers); it returns that cache so
 the verify pass, which overwrites the scratch, does not force a copy.

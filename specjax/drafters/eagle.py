@@ -27,7 +27,7 @@ from flax import nnx
 
 from specjax.cache import KVCache
 from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
-from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters._tree import draft_tree_or_nothing, run_if, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec, Features
@@ -190,6 +190,37 @@ class EagleDrafter:
             lambda c: c[0] < jnp.max(c[5]), body,
             (jnp.int32(1), cache, tokens, q, root_hid, k_rows, carry))
         return tokens, q, cache, jnp.minimum(k_rows, K)
+
+    def skip(self, params, target, state: EagleState, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): the committed token's
+        fused feature joins the pending pairs, with no head pass. When a row's pending buffer
+        is full, every live row's pending pairs are first written into the head cache (the
+        catch-up pass ``propose`` runs, without logits): one head pass per ``D + 1`` idle
+        steps instead of a pass and the root's logits every step. The head cache and the
+        pending pairs stay exactly what ``update`` would have made of them."""
+        head = self._head(params)
+        g = head.fuse(self._raw(features))[:, 0]  # [B, h]: the committed (root) token
+        B, D1 = state.pend_feat.shape[:2]
+        live = ctx.live
+        embed = target.embed[...]
+
+        def flush(st: EagleState):
+            pos = st.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
+            tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1),
+                                      axis=1)
+            emb = jnp.take(embed, tok, axis=0).astype(jnp.float32)
+            _, _, cache = head(emb, st.pend_feat, pos, st.cache.with_lengths(st.pend_start),
+                               compute_logits=False)
+            return (), EagleState(
+                cache=cache, pend_feat=st.pend_feat,
+                pend_n=jnp.where(live, 0, st.pend_n),
+                pend_start=jnp.where(live, st.pend_start + st.pend_n, st.pend_start))
+
+        _, state = run_if(jnp.any(live & (state.pend_n >= D1)), flush, (), state)
+        slot = jnp.where(live, state.pend_n, D1)  # out of range: dropped
+        return dataclasses.replace(
+            state, pend_feat=state.pend_feat.at[jnp.arange(B), slot].set(g, mode="drop"),
+            pend_n=state.pend_n + live)
 
     def update(self, params, state: EagleState, ctx, n_acc, tree, path, features):
         head = self._head(params)

@@ -139,6 +139,12 @@ class HydraDrafter:
             (jnp.int32(0), buf, tokens, q, k_rows, stop_carry0(B)))
         return DraftTree.chain(tokens, jnp.minimum(k_rows, M), q)
 
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): no proposal is computed;
+        the state takes the committed token's features as ``update`` would."""
+        n0 = jnp.zeros(ctx.seq_len.shape, jnp.int32)
+        return self.update(params, state, ctx, n0, None, None, features)
+
     def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):
         heads = self._heads(params)
         g = features.final_hidden  # [B, D + 1, h]: the root, then the accepted nodes

@@ -80,6 +80,12 @@ class MedusaDrafter:
         draft = dataclasses.replace(draft, tokens=jnp.take(draft_ids, draft.tokens), q=q)
         return draft, state, ctx.target_cache
 
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): no proposal is computed;
+        the state takes the committed token's features as ``update`` would."""
+        n0 = jnp.zeros(ctx.seq_len.shape, jnp.int32)
+        return self.update(params, state, ctx, n0, None, None, features)
+
     def update(self, params, state, ctx, n_acc, tree, path, features):
         last = jnp.take_along_axis(features.final_hidden, n_acc[:, None, None], axis=1)[:, 0]
         return jnp.where(ctx.live[:, None], last, state)

@@ -83,6 +83,11 @@ class PromptLookupDrafter:
                                      self.min_ngram)
         return DraftTree.chain(tokens, jnp.minimum(k, avail)), state, ctx.target_cache
 
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): no lookup, nothing to
+        record (the lookup reads the sequence itself)."""
+        return state
+
     def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
 

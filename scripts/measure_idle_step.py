@@ -1,0 +1,121 @@
+"""What a speculative step that drafts nothing costs, against a plain decoding step.
+
+A policy that backs off (``k = 0`` for every row) leaves the speculative loop running steps
+that draft nothing; the loop runs such a step as a plain decoding step plus the drafter's
+``skip`` (``DecodeLoop.idle_skip``; the EAGLE head defers its pass). This times, inside the
+decode loop, seconds per target forward of plain decoding and of the method under a policy
+that never drafts, with the idle path on and off (off: ``propose`` and ``update`` run every
+step, drafting nothing: the engine before the idle path), at each batch size; medians of
+interleaved repeats after a compiling run. Prints JSON (``--out`` writes it too).
+
+    python scripts/measure_idle_step.py --method eagle --batch-sizes 1,4
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import statistics
+
+
+@dataclasses.dataclass(frozen=True)
+class NeverDraft:
+    """A policy that gives every row k = 0 in every step."""
+
+    max_k: int
+    name: str = "never"
+    stops_mid_draft: bool = False
+
+    def init(self, batch):
+        return ()
+
+    def decide(self, state, ctx):
+        import jax.numpy as jnp
+
+        return jnp.zeros(ctx.seq_len.shape, jnp.int32)
+
+    def update(self, state, k, n_draft, n_acc):
+        return state
+
+
+@contextlib.contextmanager
+def idle_skip(on: bool):
+    from specjax import engine
+
+    real = engine.make_loop
+    engine.make_loop = lambda *a, **k: dataclasses.replace(real(*a, **k), idle_skip=on)
+    try:
+        yield
+    finally:
+        engine.make_loop = real
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--method", default="eagle")
+    ap.add_argument("--method-arg", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--batch-sizes", default="1,4")
+    ap.add_argument("--prefix", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    from specjax import methods
+    from specjax.bench.machine import machine_description, utc_now
+    from specjax.engine import bucket_length, generate
+    from specjax.models.loaders import load
+    from specjax.sampling import SamplingParams
+
+    lm = load(a.model)
+    margs = methods.parse_method_args(a.method_arg)
+    drafter = methods.build(a.method, lm, margs).drafter
+    policy = NeverDraft(int(drafter.max_k))
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(a.prefix)]
+    short, long = 4, 4 + a.steps
+    cache_len = -(-(bucket_length(a.prefix) + long + 1) // 64) * 64
+
+    def per_forward(batch, variant):
+        def decode(n):
+            kw = {} if variant == "plain" else dict(drafter=drafter, policy=policy)
+            with idle_skip(variant != "propose-every-step"):
+                r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
+                             sampling=SamplingParams(temperature=0.0), batch_size=batch, **kw)
+            return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
+
+        (t1, f1), (t2, f2) = decode(short), decode(long)
+        return max(t2 - t1, 1e-9) / max(f2 - f1, 1)
+
+    variants = ("plain", "idle", "propose-every-step")
+    rows = []
+    for b in (int(x) for x in a.batch_sizes.split(",")):
+        for v in variants:  # compile
+            per_forward(b, v)
+        ts = {v: [] for v in variants}
+        for _ in range(a.repeats):
+            for v in variants:
+                ts[v].append(per_forward(b, v))
+        med = {v: statistics.median(t) for v, t in ts.items()}
+        rows.append({"batch": b, **{f"{v}_step_s": med[v] for v in variants},
+                     "idle_over_plain": med["idle"] / med["plain"],
+                     "propose_every_step_over_plain": med["propose-every-step"] / med["plain"]})
+        print(json.dumps(rows[-1]), flush=True)
+    out = {"command": "python scripts/measure_idle_step.py " + " ".join(
+        [f"--method {a.method}"] + [f"--method-arg {x}" for x in a.method_arg]
+        + [f"--batch-sizes {a.batch_sizes}"]), "date": utc_now(),
+        "machine": machine_description(), "model": a.model, "method": a.method,
+        "method_args": margs, "prefix": a.prefix, "steps": a.steps, "repeats": a.repeats,
+        "rows": rows}
+    text = json.dumps(out, indent=1)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
