@@ -10,22 +10,20 @@ one static cache of 896 positions) for the two policies and the default fixed k 
 plain decoding of the same batch size. Journaled: `specjax bench --config
 configs/policies_idle.py --time-limit MINUTES`, rerun the same command to continue."""
 
-from specjax.experiment import BenchConfig
+import dataclasses
+from pathlib import Path
+
+from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
     args = {"eagle@k3": {"k": 3},
             "eagle@adaptive": {"k": 6, "policy": "adaptive"},
             "eagle@smartspec": {"k": 6, "policy": "smartspec"}}
-    return BenchConfig(
+    return dataclasses.replace(
+        load_config(Path(__file__).with_name("policies_draft_cost.py")),
         methods=("ar", *args),
         method_args=args,
-        prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
-        limit=1,
-        max_new_tokens=64,
-        batch_sizes=(1, 4),
-        repeats=1,
-        cache_len=896,
         journal="docs/results/policies_idle.journal.jsonl",
         output="docs/results/bench_policies_idle.json",
         plot="docs/results/bench_policies_idle.png",

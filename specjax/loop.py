@@ -167,6 +167,19 @@ class DecodeLoop:
                 sampling: SamplingArrays, cache_len: int) -> LoopState:
         """Runs the prompts ``tokens[B, P]`` (right-padded, ``lengths[B]`` real tokens) through
         the target, picks each row's first new token and sets up the drafter and policy."""
+        with self._kernel_sharding():
+            return self._prefill(params, draft_params, tokens, lengths, max_new, keys,
+                                 sampling, cache_len)
+
+    def _kernel_sharding(self):
+        """On a mesh, the tree-attention kernels run inside ``shard_map`` over the cache's
+        sharding (:func:`specjax.pallas_kernels.tree_attention.api.sharded`)."""
+        from specjax.pallas_kernels.tree_attention.api import sharded
+
+        return sharded(self.cache_sharding)
+
+    def _prefill(self, params, draft_params, tokens, lengths, max_new, keys,
+                 sampling: SamplingArrays, cache_len: int) -> LoopState:
         target = nnx.merge(self.graphdef, params)
         B, P = tokens.shape
         K = self.K
@@ -220,7 +233,8 @@ class DecodeLoop:
             body = functools.partial(self._spec_step, target, draft_params, sampling)
         else:
             body = functools.partial(self._plain_step, target, sampling)
-        return jax.lax.while_loop(cond, body, state)
+        with self._kernel_sharding():
+            return jax.lax.while_loop(cond, body, state)
 
     @staticmethod
     def _done(s: LoopState, cache, seq_len, emitted_eos, live):

@@ -1,8 +1,11 @@
 """Run in a subprocess with 8 simulated CPU devices (tests/test_mesh.py): decoding on meshes
 (8,1), (4,2), (2,4) and (1,8) (data, model) gives every row what one device gives. Prints one
-JSON line. ``--quick``: prompt lookup, greedy, on data=4,model=2 and a padded batch on data=2; without it every case (plain decoding, prompt lookup, EAGLE, Token Recycling, STAND,
-DEL, draft model, early exit, Medusa; greedy and sampling; every mesh shape): about 22 minutes
-on a 2-core CPU (``--only=a,b`` runs some methods).
+JSON line. ``--quick``: prompt lookup, greedy, on data=4,model=2 and a padded batch on
+data=2; without it every case (plain decoding, prompt lookup, EAGLE, Token Recycling, STAND,
+DEL, draft model, early exit, Medusa, Hydra, suffix, SSSD, layer skip, n-gram, and trees
+drafted by EAGLE, Medusa and a draft model; greedy and sampling; every mesh shape): about 30
+minutes on a 2-core CPU (``--only=a,b`` runs some methods, by the names printed;
+``kernel``: the Pallas tree-attention kernel inside ``shard_map``).
 
 The tiny target has 4 query heads, 2 KV heads and an MLP of 128: model=2 splits attention
 (and the cache's KV heads) and the MLP; model=4 splits the query side (``wo``) and the MLP,
@@ -40,7 +43,13 @@ def main(quick: bool):
             ("medusa", {"head": "random"}), ("hydra", {"head": "random"}),
             # learn=false: these drafters learn from every call's outputs, so a later call
             # drafts differently and samples differently (greedy output would still match)
-            ("suffix", {"learn": "false"}), ("sssd", {"datastore": "empty", "learn": "false"}))
+            # (n-gram's suffix source too)
+            ("suffix", {"learn": "false"}), ("sssd", {"datastore": "empty", "learn": "false"}),
+            ("ngram", {"learn": "false"}), ("layer_skip", {}),
+            # trees: the ancestor mask and the path commit under the mesh
+            ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"}),
+            ("medusa@tree", {"head": "random", "tree": "levels:2.2"}),
+            ("draft_model@tree", {"tree": "topk:width=2"}))
     samplings = (SamplingParams(), SamplingParams(temperature=1.0, seed=3))
     specs = ("data=8", "data=4", "data=2", "data=4,model=2", "data=2,model=4", "model=8")
     if quick:  # the default test run: prompt lookup, greedy, data=4,model=2 (rows and heads)
@@ -68,6 +77,24 @@ def main(quick: bool):
                            **kw).tokens
             if got != ref3:
                 out["mismatch"].append([name, sampling.temperature, "data=2, batch 3"])
+    # the tree-attention kernel (Pallas, interpret mode on CPU) runs inside shard_map over
+    # the cache's sharding: rows over data, KV heads over model (model=2 splits the tiny
+    # target's 2 KV heads); against the same kernel on one device
+    if not quick and (not only or "kernel" in only[0].split(",")):
+        kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
+        kt.set_attention_impl("pallas_interpret")
+        for name, args in (("ar", {}), ("eagle@tree", {"head": "random",
+                                                       "tree": "dynamic:width=2,nodes=6"})):
+            release_compiled()
+            print(f"kernel {name}", file=sys.stderr, flush=True)
+            m = methods.build(name, kt, args)
+            kw = dict(max_new_tokens=6, drafter=m.drafter, policy=m.policy)
+            ref = generate(kt, prompts, batch_size=8, **kw).tokens
+            for spec in ("data=8", "data=4,model=2"):
+                got = generate(kt, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
+                if got != ref:
+                    out["mismatch"].append(["kernel", name, spec])
+                    print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
     # the sharding table's plan: what is split where
     from specjax.sharding import check_plan, plan
 

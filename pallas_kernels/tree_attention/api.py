@@ -20,10 +20,13 @@ the parts are merged by log-sum-exp (LongSpec's split, METHODS.md card C30).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import warnings
 
 import jax
+from jax.sharding import PartitionSpec
 
 from specjax.pallas_kernels.tree_attention import kernel, reference
 
@@ -31,6 +34,39 @@ IMPLEMENTATIONS = ("xla", "pallas_interpret", "pallas_mosaic_gpu", "pallas_mosai
 
 _PLATFORM = {"pallas_mosaic_gpu": "gpu", "pallas_mosaic_tpu": "tpu"}
 _DEFAULT_BLOCK_K = {"pallas_interpret": 128, "pallas_mosaic_tpu": 256, "pallas_mosaic_gpu": 64}
+
+
+# the KV cache's NamedSharding while a sharded decode loop is traced (see ``sharded``)
+_CACHE_SHARDING: contextvars.ContextVar = contextvars.ContextVar("tree_attention_sharding",
+                                                                 default=None)
+
+
+@contextlib.contextmanager
+def sharded(cache_sharding):
+    """Traces the Pallas backends inside ``jax.shard_map`` over a mesh (None: no effect).
+
+    A Pallas call is opaque to XLA's partitioner: on a mesh it would run on gathered,
+    replicated operands. Under this context (the decode loop enters it with its cache's
+    ``NamedSharding``, ``[B, S, KVH, Dh]`` split over rows and possibly KV heads) each device
+    runs the kernel on its own rows and KV heads: queries split like their KV heads (query
+    head ``h`` belongs to KV head ``h // (H // KVH)``, so contiguous chunks line up), the
+    tree block and the lengths like the rows. The ``"xla"`` backend is left to the
+    partitioner."""
+    token = _CACHE_SHARDING.set(cache_sharding)
+    try:
+        yield
+    finally:
+        _CACHE_SHARDING.reset(token)
+
+
+def _shard_mapped(fn, cache_sharding):
+    spec = tuple(cache_sharding.spec) + (None,) * 4
+    rows, kv = spec[0], spec[2]
+    blocks = PartitionSpec(rows, None, kv, None)  # q, the cache, the tree block, the output
+    return jax.shard_map(
+        fn, mesh=cache_sharding.mesh, out_specs=blocks, check_vma=False,
+        in_specs=(blocks, blocks, blocks, PartitionSpec(rows), blocks, blocks,
+                  PartitionSpec(rows)))
 
 
 # Compiled once per shape and static configuration (eager op-by-op dispatch is slow).
@@ -134,9 +170,21 @@ def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths
     args = (q, k_cache, v_cache, lengths, k_tree, v_tree, tree_mask)
     if impl == "xla":
         return _xla(*args, scale=scale)
-    block_k, num_splits = kernel_settings(impl, q.shape[0], k_cache.shape[2], block_k,
-                                          num_splits)
+    cache_sharding = _CACHE_SHARDING.get()
+    if cache_sharding is not None:  # per-device shapes decide the kernel's settings
+        spec = tuple(cache_sharding.spec) + (None,) * 4
+        sizes = dict(cache_sharding.mesh.shape)
+        batch = q.shape[0] // (sizes[spec[0]] if spec[0] else 1)
+        kv_heads = k_cache.shape[2] // (sizes[spec[2]] if spec[2] else 1)
+    else:
+        batch, kv_heads = q.shape[0], k_cache.shape[2]
+    block_k, num_splits = kernel_settings(impl, batch, kv_heads, block_k, num_splits)
     if impl == "pallas_mosaic_gpu":
-        return _mosaic_gpu()(*args, scale=scale, block_k=block_k, num_splits=num_splits)
-    return _pallas(*args, scale=scale, block_k=block_k, num_splits=num_splits,
-                   mode=PALLAS_MODES[impl])
+        fn = functools.partial(_mosaic_gpu(), scale=scale, block_k=block_k,
+                               num_splits=num_splits)
+    else:
+        fn = functools.partial(_pallas, scale=scale, block_k=block_k, num_splits=num_splits,
+                               mode=PALLAS_MODES[impl])
+    if cache_sharding is not None:
+        fn = _shard_mapped(fn, cache_sharding)
+    return fn(*args)
