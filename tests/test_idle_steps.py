@@ -30,7 +30,9 @@ def plain(target, prompts):
 
 
 CASES = [pytest.param("eagle", dict(k=3), id="eagle3-chain"),
-         pytest.param("prompt_lookup", dict(k=3), id="prompt_lookup"),
+         # prompt lookup's idle steps also run by default in the quick mesh check and the
+         # drafter x policy pairs of tests/test_extension_points.py (adaptive is its default)
+         pytest.param("prompt_lookup", dict(k=3), id="prompt_lookup", marks=pytest.mark.long),
          pytest.param("eagle", dict(k=3, tree="dynamic:width=2,nodes=6"), id="eagle3-tree",
                       marks=pytest.mark.long),
          pytest.param("medusa", dict(k=3), id="medusa", marks=pytest.mark.long),
