@@ -136,7 +136,8 @@ class DecodeLoop:
         ``skip`` method is neither asked to propose nor updated: the step costs a plain
         decoding step plus ``skip`` (the drafter records the committed token, catching up
         later). False runs ``propose`` and ``update`` in every step (same outputs; for A/B
-        measurements and tests).
+        measurements and tests). A policy with ``backs_off = False`` (``fixed``) gets no
+        idle steps compiled (compile time).
     """
 
     graphdef: Any
@@ -275,7 +276,8 @@ class DecodeLoop:
         k = self.policy.decide(s.policy_state, ctx)
         k = jnp.minimum(jnp.minimum(k, s.cache.max_len - n - 1), s.max_new - n_out - 1)
         k = jnp.where(ctx.live, jnp.clip(k, 0, self.K), 0).astype(jnp.int32)
-        if not (self.idle_skip and callable(getattr(self.drafter, "skip", None))):
+        if not (self.idle_skip and callable(getattr(self.drafter, "skip", None))
+                and getattr(self.policy, "backs_off", True)):
             return self._draft_verify(target, dparams, sampling, s, k)
         # zero-or-one-trip loops rather than lax.cond: the state (the target cache among it)
         # is carried in place, where a conditional would copy it in and out of the branch

@@ -259,8 +259,12 @@ _FIXED_LONG = ("sssd", "del",  # tests/test_sssd.py, tests/test_dynamic_exit.py
                "ngram", "suffix", "stand", "token_recycling",
                # tests/test_speculative.py::test_greedy_equals_plain_decoding (batch 1, 3, 8)
                "prompt_lookup", "early_exit", "layer_skip", "draft_model")
+# suite time: the head drafter's pairs with policies that only decide k before drafting and
+# learn after verifying, as adaptive does (their rules: tests/test_policies.py by hand)
+_HEAD_LONG = ("heuristic", "gammatune", "gammatune+", "pearl")
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
-    () if (p == "fixed" and d not in _FIXED_LONG) or d == _DEFAULT_POLICY_DRAFTER
+    () if (p == "fixed" and d not in _FIXED_LONG)
+    or (d == _DEFAULT_POLICY_DRAFTER and p not in _HEAD_LONG)
     or (p == "adaptive" and d not in _ADAPTIVE_LONG) else pytest.mark.long))
     for d, p in PAIRS]
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model

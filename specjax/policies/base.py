@@ -24,6 +24,10 @@ back in the next position's ``DraftStep.carry``; it is 0 at the first position o
 It may return ``(cut, carry, last)``: ``last[b]`` keeps this token and drafts no more for the
 row, so that a rule that decides after seeing a token does not pay for the next draft forward.
 
+A policy that never gives every row ``k = 0`` (``fixed``) may say so with a class attribute
+``backs_off = False``: the decode loop then compiles no idle steps for it (a step where no row
+drafts runs as a plain step plus the drafter's ``skip``; absent, ``backs_off`` is True).
+
 An optional host-side hook ``stats(state) -> {name: int[B]}`` adds per-row counters of the
 policy's final state to ``GenerationResult.extra`` (``pearl`` counts its rounds per mode).
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax.numpy as jnp
 
@@ -15,6 +16,9 @@ class FixedPolicy:
     max_k: int = max_k_field()
     name: str = dataclasses.field(default="fixed", init=False)
     stops_mid_draft: bool = dataclasses.field(default=False, init=False)
+    # never gives every row k = 0 (only the budget's or the cache's end clips k): the loop
+    # does not compile idle steps for it (specjax.loop.DecodeLoop.idle_skip)
+    backs_off: ClassVar[bool] = False
 
     def __post_init__(self):
         check_max_k(self.name, self.max_k)
