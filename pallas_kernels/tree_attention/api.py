@@ -59,9 +59,14 @@ def sharded(cache_sharding):
         _CACHE_SHARDING.reset(token)
 
 
-def _shard_mapped(fn, cache_sharding):
+def _split_axes(cache_sharding) -> tuple:
+    """The mesh axes (or None) the cache's rows and KV heads are split over."""
     spec = tuple(cache_sharding.spec) + (None,) * 4
-    rows, kv = spec[0], spec[2]
+    return spec[0], spec[2]
+
+
+def _shard_mapped(fn, cache_sharding):
+    rows, kv = _split_axes(cache_sharding)
     blocks = PartitionSpec(rows, None, kv, None)  # q, the cache, the tree block, the output
     return jax.shard_map(
         fn, mesh=cache_sharding.mesh, out_specs=blocks, check_vma=False,
@@ -172,10 +177,10 @@ def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths
         return _xla(*args, scale=scale)
     cache_sharding = _CACHE_SHARDING.get()
     if cache_sharding is not None:  # per-device shapes decide the kernel's settings
-        spec = tuple(cache_sharding.spec) + (None,) * 4
+        rows, kv = _split_axes(cache_sharding)
         sizes = dict(cache_sharding.mesh.shape)
-        batch = q.shape[0] // (sizes[spec[0]] if spec[0] else 1)
-        kv_heads = k_cache.shape[2] // (sizes[spec[2]] if spec[2] else 1)
+        batch = q.shape[0] // (sizes[rows] if rows else 1)
+        kv_heads = k_cache.shape[2] // (sizes[kv] if kv else 1)
     else:
         batch, kv_heads = q.shape[0], k_cache.shape[2]
     block_k, num_splits = kernel_settings(impl, batch, kv_heads, block_k, num_splits)

@@ -116,6 +116,14 @@ class Drafter(Protocol):
 DRAFTERS = Registry("drafter", DrafterError)
 
 
+def skip_as_update(self, params, target, state, ctx: StepContext, features: Features):
+    """A ``skip`` for drafters whose ``update`` with nothing accepted is all the bookkeeping a
+    step needs (Medusa, Hydra: the state takes the committed token's features); assign it as
+    the class's ``skip``."""
+    n0 = jnp.zeros(ctx.seq_len.shape, jnp.int32)
+    return self.update(params, state, ctx, n0, None, None, features)
+
+
 def tree_spec(drafter) -> TreeSpec:
     """The drafter's static tree shape (a chain of ``max_k`` tokens unless it drafts trees)."""
     t = getattr(drafter, "tree", None)

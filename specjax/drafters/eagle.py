@@ -113,7 +113,6 @@ class EagleDrafter:
         draft_ids = params["draft_ids"]
         V, Vd = self.head_cfg.vocab_size, self.head_cfg.draft_vocab
         embed = target.embed[...]
-        D1 = state.pend_feat.shape[1]
         n = ctx.seq_len - 1  # the pending token's position
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
 
@@ -125,14 +124,10 @@ class EagleDrafter:
         def emb(draft_tok):
             return emb_target(jnp.take(draft_ids, draft_tok))
 
-        # the pending pairs (g_t, x_{t+1}) at t = pend_start + j: the last predicts draft 1
-        pos = state.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
-        tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1), axis=1)
         # the catch-up pass writes every pending pair into the head's cache; only the last
         # real pair's logits are used (the LM head over the draft vocabulary is most of the
         # pass: computing it for all K + 1 slots cost several times the layer itself)
-        _, hid, cache = head(emb_target(tok), state.pend_feat, pos,
-                             state.cache.with_lengths(state.pend_start), compute_logits=False)
+        hid, cache = _catch_up(head, state, ctx, embed)
         last = (state.pend_n - 1)[:, None]
         root_hid = jnp.take_along_axis(hid, last[..., None], axis=1)[:, 0]
         root_logits = head.logits(root_hid)
@@ -202,15 +197,9 @@ class EagleDrafter:
         g = head.fuse(self._raw(features))[:, 0]  # [B, h]: the committed (root) token
         B, D1 = state.pend_feat.shape[:2]
         live = ctx.live
-        embed = target.embed[...]
 
         def flush(st: EagleState):
-            pos = st.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
-            tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1),
-                                      axis=1)
-            emb = jnp.take(embed, tok, axis=0).astype(jnp.float32)
-            _, _, cache = head(emb, st.pend_feat, pos, st.cache.with_lengths(st.pend_start),
-                               compute_logits=False)
+            _, cache = _catch_up(head, st, ctx, target.embed[...])
             return (), EagleState(
                 cache=cache, pend_feat=st.pend_feat,
                 pend_n=jnp.where(live, 0, st.pend_n),
@@ -232,6 +221,18 @@ class EagleDrafter:
             pend_feat=jnp.where(live[:, None, None], g, state.pend_feat),
             pend_n=jnp.where(live, n_acc + 1, state.pend_n),
             pend_start=jnp.where(live, start, state.pend_start))
+
+
+def _catch_up(head, state: EagleState, ctx: StepContext, embed):
+    """Feeds the pending pairs ``(g_t, x_{t+1})``, ``t = pend_start + j``, through the head
+    (no logits), writing them into its cache: ``(hidden [B, D + 1, h], cache)``."""
+    D1 = state.pend_feat.shape[1]
+    pos = state.pend_start[:, None] + jnp.arange(D1, dtype=jnp.int32)[None]
+    tok = jnp.take_along_axis(ctx.seq, jnp.clip(pos + 1, 0, ctx.seq.shape[1] - 1), axis=1)
+    emb = jnp.take(embed, tok, axis=0).astype(jnp.float32)
+    _, hid, cache = head(emb, state.pend_feat, pos, state.cache.with_lengths(state.pend_start),
+                         compute_logits=False)
+    return hid, cache
 
 
 @dataclasses.dataclass(frozen=True)

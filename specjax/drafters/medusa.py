@@ -18,7 +18,8 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
 from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
-from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
+from specjax.drafters.base import (DRAFTERS, StepContext, check_k, skip_as_update,
+                                   tree_field, tree_option)
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads
@@ -80,11 +81,7 @@ class MedusaDrafter:
         draft = dataclasses.replace(draft, tokens=jnp.take(draft_ids, draft.tokens), q=q)
         return draft, state, ctx.target_cache
 
-    def skip(self, params, target, state, ctx, features):
-        """A step that drafted nothing (``DecodeLoop.idle_skip``): no proposal is computed;
-        the state takes the committed token's features as ``update`` would."""
-        n0 = jnp.zeros(ctx.seq_len.shape, jnp.int32)
-        return self.update(params, state, ctx, n0, None, None, features)
+    skip = skip_as_update  # a step that drafted nothing (``DecodeLoop.idle_skip``)
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         last = jnp.take_along_axis(features.final_hidden, n_acc[:, None, None], axis=1)[:, 0]
