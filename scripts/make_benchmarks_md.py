@@ -526,6 +526,10 @@ def main():
                         ("bench_policies_spec_bench_eagle", "Draft-length policies on Spec-Bench "
                                                             "at batch 1, 4 and 16 (the shipped "
                                                             "EAGLE-3 head; issue 23)"),
+                        ("bench_policies_overhead", "Cost-aware policies counting a "
+                                                    "drafting step's fixed overhead, "
+                                                    "Spec-Bench (1 question per category), "
+                                                    "batch 1 and 4 (issue 23)"),
                         ("bench_policies_idle", "Draft-length policies with idle steps "
                                                 "(a step drafting nothing costs a plain "
                                                 "step), Spec-Bench (1 question per "

@@ -102,16 +102,22 @@ def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
         args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode)
 
 
-def _fill_draft_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> None:
-    """``args["draft_cost"]``: one drafted token's cost on this machine at this batch size
-    (:mod:`specjax.draft_costs`) unless the caller gave a number; a mode picks how it is got."""
+def _fill_draft_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int,
+                     overhead: bool) -> None:
+    """``args["draft_cost"]`` (and ``args["draft_overhead"]`` where the policy has it): the
+    drafter's cost per drafted token and per drafting step on this machine at this batch size
+    (:mod:`specjax.draft_costs`) unless the caller gave a number; a mode picks how it is got.
+    A ``draft_cost`` given as a number leaves ``draft_overhead`` at its default (0) unless that
+    is given too."""
     from specjax import draft_costs
 
     raw = args.get("draft_cost")
     value = "auto" if raw is None else draft_costs.parse_draft_cost(raw)
     if isinstance(value, str):  # no number given: $SPECJAX_COST_CURVE's mode, or the one given
-        value = draft_costs.measured_draft_cost(lm, drafter, name, d_args, batch=batch,
-                                                mode=None if raw is None else value)
+        value, o = draft_costs.measured_draft_costs(lm, drafter, name, d_args, batch=batch,
+                                                    mode=None if raw is None else value)
+        if overhead and args.get("draft_overhead") is None:
+            args["draft_overhead"] = o
     args["draft_cost"] = value
 
 
@@ -169,7 +175,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
         _fill_measured_cost(p_args, lm, drafter.max_k, batch)
     if "draft_cost" in POLICIES.option_names(pol_name):  # the drafter's own cost, measured
-        _fill_draft_cost(p_args, lm, drafter, name, d_args, batch)
+        _fill_draft_cost(p_args, lm, drafter, name, d_args, batch,
+                         "draft_overhead" in POLICIES.option_names(pol_name))
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
     # head shipped for this very drafter, when none is given)
     fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)

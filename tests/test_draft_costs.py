@@ -37,15 +37,19 @@ def flat_curve(lm, *, ks, batches, prefix, repeats):
 
 
 class FakeSteps:
-    """Stands in for measure_step_ratio: a step of the drafter costs ``ratio`` plain steps."""
+    """Stands in for measure_step_ratio: a step of the drafter costs ``ratio`` plain steps
+    (``ratio_1`` when it drafts one token; None: the k = 1 step is not measured)."""
 
-    def __init__(self, ratio):
-        self.ratio, self.calls = ratio, []
+    def __init__(self, ratio, ratio_1=None):
+        self.ratio, self.ratio_1, self.calls = ratio, ratio_1, []
 
     def __call__(self, lm, drafter, batch):
         self.calls.append((drafter.max_k, batch))
-        return {"plain_step_s": 0.1, "step_s": 0.1 * self.ratio, "k": drafter.max_k,
-                "batch": batch}
+        out = {"plain_step_s": 0.1, "step_s": 0.1 * self.ratio, "k": drafter.max_k,
+               "batch": batch}
+        if self.ratio_1 is not None:
+            out["step1_s"] = 0.1 * self.ratio_1
+        return out
 
 
 class Drafter:
@@ -117,6 +121,57 @@ def test_parse_draft_cost():
             dc.parse_draft_cost(bad)
 
 
+def test_split_by_hand():
+    # K = 3, verify blocks of 2 and 4 tokens cost 1.2 and 1.5. Drafting 1 token: 1.7 = 1.2 +
+    # 0.5; drafting 3: 2.4 = 1.5 + 0.9. So 0.4 more for 2 more tokens: d = 0.2, o = 0.5 - 0.2
+    d, o = dc.split_draft_cost(1.7, 2.4, (1.0, 1.2, 1.4, 1.5), 3)
+    assert d == pytest.approx(0.2) and o == pytest.approx(0.3)
+    # K = 1: one ratio, all of it per token; noise never makes either negative
+    assert dc.split_draft_cost(1.5, 1.5, (1.0, 1.2), 1) == pytest.approx((0.3, 0.0))
+    assert dc.split_draft_cost(1.7, 1.6, (1.0, 1.2, 1.4, 1.5), 3) == pytest.approx((0.0, 0.5))
+    assert dc.split_draft_cost(1.0, 2.4, (1.0, 1.2, 1.4, 1.5), 3) == pytest.approx((0.55, 0.0))
+
+
+def test_overhead_and_its_cache(lm, tmp_path):
+    kw = dict(directory=tmp_path / "dc", measure_curve=flat_curve)
+    steps = FakeSteps(2.4, ratio_1=1.9)
+    # flat curve: every block 1.5; e_1 = 0.4, e_3 = 0.9: d = 0.25, o = 0.15
+    d, o = dc.measured_draft_costs(lm, Drafter(3), "early_exit", {"k": "3"}, measure=steps,
+                                   **kw)
+    assert (d, o) == pytest.approx((0.25, 0.15)) and len(steps.calls) == 1
+    (path,) = (tmp_path / "dc").glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["draft_overhead"] == pytest.approx(0.15) and data["step1_ratio"] == 1.9
+    assert dc.measured_draft_costs(lm, Drafter(3), "early_exit", {"k": "3"}, measure=steps,
+                                   **kw) == (d, o) and len(steps.calls) == 1
+    # a file of the format before overheads were measured is measured again, with a warning
+    data.pop("draft_overhead")
+    path.write_text(json.dumps(data))
+    with pytest.warns(dc.DraftCostWarning, match="cannot be used"):
+        dc.measured_draft_costs(lm, Drafter(3), "early_exit", {"k": "3"}, measure=steps, **kw)
+    assert len(steps.calls) == 2
+
+
+def test_adaptive_counts_the_overhead_of_drafting_at_all():
+    state = AdaptiveState(accepted=jnp.asarray([2.0]), rejected=jnp.asarray([2.0]))  # a = 0.5
+    cost = (1.0,) * 16
+    # tokens(k) = 2 (1 - 0.5^(k+1)) = 1, 1.5, 1.75, 1.875, 1.9375; with o = 0.4 a drafting
+    # step costs 1.4 + 0.1 k: gains 1, 1.0, 1.094, 1.103, 1.076, so k = 3
+    pol = AdaptivePolicy(max_k=4, cost=cost, draft_cost=0.1, draft_overhead=0.4)
+    gain = np.asarray(pol.expected_gain(state))[0]
+    want = [1.0] + [2 * (1 - 0.5 ** (k + 1)) / (1.4 + 0.1 * k) for k in range(1, 5)]
+    np.testing.assert_allclose(gain, want, rtol=1e-6)
+    assert np.asarray(pol.decide(state, None)).tolist() == [3]
+    # without o: 1.364, 1.458, 1.442, 1.384, so k = 2; with o = 1 every k >= 1 loses to the
+    # idle step (1.5 / 2.1 at best)
+    assert np.asarray(AdaptivePolicy(max_k=4, cost=cost, draft_cost=0.1)
+                      .decide(state, None)).tolist() == [2]
+    assert np.asarray(AdaptivePolicy(max_k=4, cost=cost, draft_cost=0.1, draft_overhead=1.0)
+                      .decide(state, None)).tolist() == [0]
+    with pytest.raises(PolicyError, match="draft_overhead must be >= 0"):
+        AdaptivePolicy(max_k=4, draft_overhead=-0.1)
+
+
 def test_adaptive_backs_off_when_drafting_costs(lm):
     # acceptance estimate a = (A + 1) / (A + R + 2) = 0.5 with A = 1, R = 1... set directly
     state = AdaptiveState(accepted=jnp.asarray([2.0]), rejected=jnp.asarray([2.0]))
@@ -143,6 +198,17 @@ def test_build_fills_the_measured_draft_cost(lm, monkeypatch):
     m = methods.build("early_exit", lm, {"k": "3", "policy": "smartspec", "exit_layer": "1"},
                       batch=4)
     assert m.policy.draft_cost == pytest.approx(0.1667, abs=1e-4) and steps.calls[-1] == (3, 4)
+    assert m.policy.draft_overhead == 0.0  # this fake measured no k = 1 step
+    # with the k = 1 step measured (batch 16, a fresh key): the overhead is filled in too,
+    # unless given
+    monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps(2.4, ratio_1=1.9))
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "smartspec", "exit_layer": "1"},
+                      batch=16)
+    assert (m.policy.draft_cost, m.policy.draft_overhead) == pytest.approx((0.25, 0.15))
+    m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1",
+                                         "draft_overhead": "0.5"}, batch=16)
+    assert (m.policy.draft_cost, m.policy.draft_overhead) == pytest.approx((0.25, 0.5))
+    monkeypatch.setattr(dc, "measure_step_ratio", steps)
     # a number is taken as given, builtin is 0; model-free drafters measure nothing
     m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1",
                                          "draft_cost": "0.05"})
@@ -162,7 +228,7 @@ def test_measure_step_ratio_times_the_loop(lm):
     m = methods.build("early_exit", lm, {"k": "2", "exit_layer": "1"})
     out = dc.measure_step_ratio(lm, m.drafter, 2, prefix=16, steps=3, repeats=1)
     assert out["k"] == 2 and out["batch"] == 2
-    assert out["plain_step_s"] > 0 and out["step_s"] > 0
+    assert out["plain_step_s"] > 0 and out["step_s"] > 0 and out["step1_s"] > 0
 
 
 def test_adaptive_batch_drafts_only_when_the_batch_step_pays():

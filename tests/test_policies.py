@@ -88,6 +88,14 @@ def test_smartspec_goodput_by_hand():
     dc = POLICIES.build("smartspec", {"cost": cost, "per_row": "true", "draft_cost": "0.2"},
                         max_k=4)
     assert np.asarray(dc.decide(jnp.asarray([0.9]), None)).tolist() == [1]
+    # a fixed overhead of 0.6 for drafting at all: T = 1, 2.3, 3.5, 3.7, 4.4 and E/T = 1,
+    # 0.826, 0.774, 0.929, 0.931 -> the idle step (k = 0)
+    oh = POLICIES.build("smartspec", {"cost": cost, "per_row": "true", "draft_cost": "0.2",
+                                      "draft_overhead": "0.6"}, max_k=4)
+    np.testing.assert_allclose(np.asarray(oh.step_cost()), [1, 2.3, 3.5, 3.7, 4.4], rtol=1e-6)
+    assert np.asarray(oh.decide(jnp.asarray([0.9]), None)).tolist() == [0]
+    with pytest.raises(PolicyError, match="draft_overhead must be >= 0"):
+        POLICIES.build("smartspec", {"draft_overhead": "-1", "cost": cost}, max_k=4)
     with pytest.raises(PolicyError, match="prior must be in"):
         POLICIES.build("smartspec", {"prior": "1.0", "cost": cost}, max_k=4)
     with pytest.raises(PolicyError, match="draft_cost must be >= 0"):

@@ -112,9 +112,9 @@ class _JunkDrafter:
 
 
 def seconds_per_forward(lm, drafter, prompt, batch: int, budgets: tuple[int, int],
-                        cache_len: int, repeats: int) -> float:
+                        cache_len: int, repeats: int, policy=None) -> float:
     """Seconds per target forward of the decode loop, greedy, ``batch`` rows of ``prompt``,
-    under ``drafter`` (None: plain decoding) with its default policy.
+    under ``drafter`` (None: plain decoding) with ``policy`` (None: its default).
 
     Each repeat decodes two token budgets (``budgets``: short, long) with one cache length
     (one compiled program) and takes the difference of their decode times (prefill excluded)
@@ -130,7 +130,7 @@ def seconds_per_forward(lm, drafter, prompt, batch: int, budgets: tuple[int, int
     def decode(n):
         r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
                      sampling=SamplingParams(temperature=0.0), batch_size=batch,
-                     drafter=drafter)
+                     drafter=drafter, policy=policy)
         return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
 
     ts = []

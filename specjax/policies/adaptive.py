@@ -4,9 +4,10 @@ Each row keeps decayed counts of accepted and rejected draft tokens, giving a pe
 acceptance estimate ``a = (A + 1) / (A + R + 2)``. With i.i.d. acceptance, drafting ``k`` tokens
 yields ``(1 - a^(k+1)) / (1 - a)`` tokens per target forward, and the forward costs
 ``cost(k + 1)`` relative to a one-token forward (the verify-cost curve, bucketed as the engine
-buckets its verify blocks) plus ``k * draft_cost`` for the drafter's own steps (measured on this
-machine at this batch size by :mod:`specjax.draft_costs` when built by name; 0 for a policy made
-directly). Each row drafts the ``k`` that maximises its tokens per unit cost, and nothing when
+buckets its verify blocks) plus ``draft_overhead + k * draft_cost`` for the drafter's own work
+when ``k >= 1`` (measured on this machine at this batch size by :mod:`specjax.draft_costs` when
+built by name; 0 for a policy made directly; a step that drafts nothing is an idle step, a
+plain step). Each row drafts the ``k`` that maximises its tokens per unit cost, and nothing when
 no ``k`` beats plain decoding. A batch verifies one block, its longest draft's: the batch drafts
 only when its live rows' expected tokens per unit cost of that step beat one token per row
 (else no row drafts this step). Counts decay every step, so a row that stopped
@@ -120,6 +121,23 @@ def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
     return jnp.asarray(out, jnp.float32)
 
 
+def drafting_step_cost(cost: tuple[float, ...], max_k: int, draft_cost: float,
+                       draft_overhead: float) -> jnp.ndarray:
+    """What a step that drafts k = 0..max_k tokens costs relative to a plain step: the
+    bucketed verify block, plus ``draft_overhead + k * draft_cost`` when ``k >= 1`` (a step
+    that drafts nothing is an idle step)."""
+    k = jnp.arange(max_k + 1, dtype=jnp.float32)
+    return bucketed_cost(cost, max_k) + k * draft_cost + jnp.where(k > 0, draft_overhead, 0.0)
+
+
+def check_draft_costs(policy) -> None:
+    """``draft_cost`` and ``draft_overhead`` of a cost-aware policy are numbers >= 0."""
+    for f in ("draft_cost", "draft_overhead"):
+        v = getattr(policy, f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+            raise PolicyError(f"policy {policy.name!r}: {f} must be >= 0, got {v!r}")
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AdaptiveState:
@@ -151,6 +169,9 @@ class AdaptivePolicy:
         "help": "cost of one drafted token relative to a plain step at this batch size "
         "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
         "number)"})
+    draft_overhead: float = dataclasses.field(default=0.0, metadata={
+        "help": "fixed cost of a step that drafts at all, relative to a plain step (default: "
+        "measured with draft_cost; a number)"})
     decay: float = dataclasses.field(default=0.9, metadata={
         "help": "per-step decay of the accepted/rejected counts"})
     prior_accepted: float = 1.0
@@ -166,14 +187,11 @@ class AdaptivePolicy:
             raise PolicyError(f"decay must be in (0, 1], got {self.decay!r}")
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
             raise PolicyError("cost must be a non-empty list of positive relative costs")
-        if not self.draft_cost >= 0:
-            raise PolicyError(f"policy 'adaptive': draft_cost must be >= 0, got "
-                              f"{self.draft_cost!r}")
+        check_draft_costs(self)
 
     def _bucketed_cost(self) -> jnp.ndarray:
         """The cost of a step that drafts k = 0..max_k: verify block plus k draft steps."""
-        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)
-        return bucketed_cost(self.cost, self.max_k) + k * self.draft_cost
+        return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
 
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)

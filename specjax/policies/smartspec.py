@@ -2,9 +2,10 @@
 
 Each row keeps an exponential moving average ``a_i`` of its per-token acceptance rate. For a
 draft length ``k``, row ``i`` expects ``E_i(k) = (1 - a_i^(k+1)) / (1 - a_i)`` tokens from the
-step, and the step costs ``T(k) = k * draft_cost + cost(k + 1)``: ``k`` draft steps plus the
-verify forward over ``k + 1`` tokens per row, both relative to a plain one-token step of the
-same batch (``cost`` is the batch's verify-cost curve, measured on this machine on first use,
+step, and the step costs ``T(k) = cost(k + 1) + draft_overhead + k * draft_cost``: the verify
+forward over ``k + 1`` tokens per row, a fixed overhead of drafting at all and ``k`` draft
+steps, all relative to a plain one-token step of the same batch (``T(0) = 1``: a step that
+drafts nothing is an idle step) (``cost`` is the batch's verify-cost curve, measured on this machine on first use,
 bucketed as the engine buckets its verify blocks). The paper's goodput is tokens per second,
 ``G(k) = sum_i E_i(k) / T(k)``; SmartSpec picks ``argmax_k G(k)`` for the whole batch (one
 ``k``; ``k = 0``, plain decoding, wins under load or low acceptance). ``per_row=True`` gives
@@ -20,8 +21,8 @@ the prior, so a row (or a batch) that stopped drafting probes again later.
 
 Deviations, stated: the paper fits ``t_draft`` and ``t_verify`` offline as functions of the
 batched tokens; here the verify term is the measured curve of the running batch size and the
-draft term a constant per drafted token (``draft_cost``), measured on this machine at the
-running batch size when the method is built by name (:mod:`specjax.draft_costs`; 0 for
+draft term a constant per drafted token (``draft_cost``) plus a fixed one per drafting step
+(``draft_overhead``), both measured on this machine at the running batch size when the method is built by name (:mod:`specjax.draft_costs`; 0 for
 prompt lookup, about its size ratio for a separate draft model, a few percent of a step for a
 trained head on one CPU row but a third of a step at batch 4).
 """
@@ -34,8 +35,8 @@ import jax
 import jax.numpy as jnp
 
 from specjax.errors import PolicyError
-from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, bucketed_cost,
-                                       geometric_tokens)
+from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, check_draft_costs,
+                                       drafting_step_cost, geometric_tokens)
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
@@ -52,6 +53,9 @@ class SmartSpecPolicy:
         "help": "cost of one drafted token relative to a plain step at this batch size "
         "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
         "number)"})
+    draft_overhead: float = dataclasses.field(default=0.0, metadata={
+        "help": "fixed cost of a step that drafts at all, relative to a plain step (default: "
+        "measured with draft_cost; a number)"})
     ema: float = dataclasses.field(default=0.3, metadata={
         "help": "weight of each step's observed acceptance rate in the moving average"})
     prior: float = dataclasses.field(default=0.6, metadata={
@@ -68,9 +72,7 @@ class SmartSpecPolicy:
         if len(self.cost) < 1 or any(not c > 0 for c in self.cost):
             raise PolicyError("policy 'smartspec': cost must be a non-empty list of positive "
                               "relative costs")
-        if not self.draft_cost >= 0:
-            raise PolicyError(f"policy 'smartspec': draft_cost must be >= 0, got "
-                              f"{self.draft_cost!r}")
+        check_draft_costs(self)
         for f in ("ema", "relax"):
             if not 0.0 <= getattr(self, f) <= 1.0:
                 raise PolicyError(f"policy 'smartspec': {f} must be in [0, 1], got "
@@ -83,8 +85,7 @@ class SmartSpecPolicy:
 
     def step_cost(self) -> jax.Array:
         """``T(k)`` for k = 0..max_k, relative to a plain step."""
-        k = jnp.arange(self.max_k + 1, dtype=jnp.float32)
-        return k * self.draft_cost + bucketed_cost(self.cost, self.max_k)
+        return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
 
     def expected_tokens(self, state) -> jax.Array:
         """``E_i(k)``, ``[B, max_k + 1]``."""
