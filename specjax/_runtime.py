@@ -50,7 +50,7 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
       CLIError: an unknown dtype, quantization or attention implementation, or random
         weights for a run that decodes text.
     """
-    from specjax.models.loaders import load
+    from specjax.models.loaders import RANDOM_PREFIX, load
     from specjax.models.quant import QUANT_MODES
 
     t0 = time.perf_counter()
@@ -60,11 +60,14 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
         raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
     if numerics not in NUMERICS:
         raise CLIError(f"--numerics must be {' or '.join(NUMERICS)}, got {numerics!r}")
+    no_text = (f"{model!r} has random weights and no tokenizer: it serves `specjax bench "
+               "--verify-curve` (timings) only; give a checkpoint or a preset name to decode "
+               "text")
+    if decodes_text and isinstance(model, str) and model.startswith(RANDOM_PREFIX):
+        raise CLIError(no_text)  # said before building the random weights
     lm = load(model, dtype=compute_dtype(dtype), quantize=quantize, numerics=numerics)
     if lm.format == "random" and decodes_text:
-        raise CLIError(f"{model!r} has random weights and no tokenizer: it serves "
-                       "`specjax bench --verify-curve` (timings) only; give a checkpoint or "
-                       "a preset name to decode text")
+        raise CLIError(no_text)
     if quantize != "none" and speculative and numerics == "fast":
         print(f"warning: with --numerics fast, speculative decoding on a {quantize} target is "
               f"not token-identical to plain {quantize} decoding (int8 rounding of activations "

@@ -194,7 +194,15 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
                           + ("" if chain else " drafting a tree"))
     verifier = verifiers.resolve(verifier, greedy, chain)
     return DecodeLoop(graphdef=graphdef, drafter=drafter, policy=policy, verifier=verifier,
-                      greedy=greedy, eos_ids=eos_ids)
+                      greedy=greedy, eos_ids=eos_ids, verify_buckets=_verify_bucket_mode())
+
+
+def _verify_bucket_mode() -> str:
+    """``$SPECJAX_VERIFY_BUCKETS``: ``all`` (default) or ``max`` (see ``DecodeLoop``)."""
+    mode = os.environ.get("SPECJAX_VERIFY_BUCKETS", "all").strip().lower() or "all"
+    if mode not in ("all", "max"):
+        raise GenerationError(f"SPECJAX_VERIFY_BUCKETS must be all or max, got {mode!r}")
+    return mode
 
 
 def generate(

@@ -138,6 +138,11 @@ class DecodeLoop:
         later). False runs ``propose`` and ``update`` in every step (same outputs; for A/B
         measurements and tests). A policy with ``backs_off = False`` (``fixed``) gets no
         idle steps compiled (compile time).
+      verify_buckets: ``"all"``: the verify forward is compiled for each block size of
+        :func:`specjax.buckets.verify_buckets` and a step runs the smallest that holds its
+        longest draft; ``"max"``: one block of every node (one target forward compiled instead
+        of several: faster compiles, slower steps when drafts are short; the test suite's
+        setting, ``SPECJAX_VERIFY_BUCKETS``).
     """
 
     graphdef: Any
@@ -148,6 +153,7 @@ class DecodeLoop:
     eos_ids: tuple[int, ...] = ()
     cache_sharding: Any = None
     idle_skip: bool = True
+    verify_buckets: str = "all"
 
     @property
     def speculative(self) -> bool:
@@ -337,7 +343,7 @@ class DecodeLoop:
         spec = tree_spec(drafter)
         chain = getattr(drafter, "tree", None) is None  # drafted as a chain: prefix commit
         N, D = spec.num_nodes, spec.depth
-        buckets = verify_buckets(N)
+        buckets = verify_buckets(N) if self.verify_buckets == "all" else (N + 1,)
         node_ids = jnp.arange(N, dtype=jnp.int32)
         path_ids = jnp.arange(D + 1, dtype=jnp.int32)
         live = ~s.done

@@ -29,6 +29,12 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 # that compile more than that recompile (+4 min of CPU on the fresh-clone run of 2026-11-26);
 # tests/test_generate.py checks the bound itself
 os.environ.setdefault("SPECJAX_MAX_COMPILED", "100000")
+# a speculative loop compiles its verify forward once per block-size bucket (1, 2, 4, ...,
+# k + 1: a target forward each); the suite compiles one block of every node instead
+# (DecodeLoop.verify_buckets = "max"), the outputs being the same. The bucketed dispatch is
+# checked by tests/test_speculative.py::test_verify_buckets_dispatch_is_exact and by the exact-
+# numerics checks (tests/test_numerics.py runs them with every bucket, bit for bit)
+os.environ.setdefault("SPECJAX_VERIFY_BUCKETS", "max")
 
 
 def _has_smollm2() -> bool:

@@ -168,3 +168,10 @@ class IdlePolicy:
 
     def update(self, state, k, n_draft, n_acc):
         return state + 1
+
+
+def long_selected(request) -> bool:
+    """Whether the run selects the ``long`` checks (``-m long``, ``-m "long or ..."``); the
+    default ``-m 'not long'`` does not."""
+    expr = request.config.getoption("-m") or ""
+    return "long" in expr.replace("not long", "")

@@ -165,6 +165,7 @@ def test_bench_inputs(tmp_path, prompts_file):
     assert main(["bench", "--methods", "ar,telepathy", "--prompts", str(prompts_file)]) == 2
 
 
+@pytest.mark.long  # suite time (20 s); the peer model's parity with ours stays by default
 def test_bench_hf_peer(tmp_path, tiny_gguf, prompts_file):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")

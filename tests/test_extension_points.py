@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
-from spec_helpers import make_target, mixed_prompts
+from spec_helpers import long_selected, make_target, mixed_prompts
 
 from specjax import drafters, methods
 from specjax.drafters.base import DRAFTERS
@@ -250,22 +250,16 @@ PAIRS = sorted({(d, p) for d in DRAFTERS.names() for p in ("fixed", "adaptive")}
                {(d, p) for d in POLICY_DRAFTERS for p in POLICIES.names()
                 if not p.startswith("_") and (d, p) not in (("prompt_lookup", "dsde"),
                                                             ("prompt_lookup", "specdec++"))})
-# suite time: the model-free drafters whose default policy is not `adaptive` run it under long
-_ADAPTIVE_LONG = ("ngram", "sssd", "stand", "suffix")
-# suite time: drafters whose own test file checks greedy identity at batch 1, 3 and 8 with
-# their default (fixed) policy run the fixed pair under long too
-_FIXED_LONG = ("sssd", "del",  # tests/test_sssd.py, tests/test_dynamic_exit.py
-               # tests/test_ngram.py, test_suffix.py, test_stand.py, test_token_recycling.py
-               "ngram", "suffix", "stand", "token_recycling",
-               # tests/test_speculative.py::test_greedy_equals_plain_decoding (batch 1, 3, 8)
-               "prompt_lookup", "early_exit", "layer_skip", "draft_model")
 # suite time: the head drafter's pairs with policies that only decide k before drafting and
 # learn after verifying, as adaptive does (their rules: tests/test_policies.py by hand)
 _HEAD_LONG = ("heuristic", "gammatune", "gammatune+", "pearl")
+# suite time: under `adaptive` the default run keeps one drafter per family (POLICY_DRAFTERS:
+# model-free, a separate model, a head); the other drafters' fixed and adaptive pairs run under
+# -m long (their own files check greedy identity under their default policy,
+# tests/test_idle_steps.py the heads under a policy that backs off)
 PAIR_PARAMS = [pytest.param(d, p, id=f"{d}-{p}", marks=(
-    () if (p == "fixed" and d not in _FIXED_LONG)
-    or (d == _DEFAULT_POLICY_DRAFTER and p not in _HEAD_LONG)
-    or (p == "adaptive" and d not in _ADAPTIVE_LONG) else pytest.mark.long))
+    () if (d == _DEFAULT_POLICY_DRAFTER and p not in _HEAD_LONG + ("fixed",))
+    or (p == "adaptive" and d in POLICY_DRAFTERS) else pytest.mark.long))
     for d, p in PAIRS]
 POLICY_ARGS = {"confidence": {"threshold": "0.022"},  # drafts some on the tiny random model
                "gammatune+": {"threshold": "0.022"},
@@ -305,7 +299,7 @@ def test_every_drafter_policy_pair_is_greedy_identical(target, prompts, plain, d
     assert (m.drafter.name, m.policy.name) == (drafter, policy)
     # batch 1 under -m long for the head drafter's policy pairs beyond fixed/adaptive (suite
     # time: twelve policies; the policies' per-row state is exercised by batch 3)
-    full = "long" in (request.config.getoption("-m") or "")
+    full = long_selected(request)
     if full or policy in ("fixed", "adaptive") or drafter != _DEFAULT_POLICY_DRAFTER:
         one = generate(target, prompts[:1], max_new_tokens=10, drafter=m.drafter,
                        policy=m.policy, batch_size=1)

@@ -50,9 +50,12 @@ def plain(target, prompts):
     return [generate(target, [p], max_new_tokens=9).tokens[0] for p in prompts]
 
 
-# the fixed-tree case runs under -m long (the suite's time): trees are checked by the dynamic one
+# the fixed-tree case runs under -m long (the suite's time): trees are checked by the dynamic one;
+# so does plain Hydra's chain (Hydra++ covers the chain; plain Hydra's heads sample exactly in
+# test_hydra_sampling_matches_the_target_distribution by default)
 CASES = [pytest.param(dict(), id="hydra++-chain"),
-         pytest.param(dict(prefix=False, mlp_layers=1), id="hydra-chain"),
+         pytest.param(dict(prefix=False, mlp_layers=1), id="hydra-chain",
+                      marks=pytest.mark.long),
          pytest.param(dict(tree="dynamic:width=2,nodes=6"), id="hydra++-dynamic"),
          pytest.param(dict(tree="fixed:0,1,0.0,1.0,0.0.0", prefix=False), id="hydra-fixed",
                       marks=pytest.mark.long)]

@@ -35,7 +35,9 @@ def test_data_parallel_decoding_is_identical_every_method():
     assert _run() == {"mismatch": []}
 
 
-@pytest.mark.parametrize("quick", [pytest.param(True, id="quick"),
+# suite time: training on meshes runs under -m long (40 s quick on CI's 2 cores); decoding on a
+# mesh and two processes stay in the default run
+@pytest.mark.parametrize("quick", [pytest.param(True, id="quick", marks=pytest.mark.long),
                                    pytest.param(False, id="full", marks=pytest.mark.long)])
 def test_training_on_meshes_equals_one_device_and_resumes_on_another_mesh(quick):
     assert _run(*(["--quick"] if quick else []), script=TRAIN_CHECK) == {"mismatch": []}

@@ -19,7 +19,7 @@ CHECKS = Path(__file__).with_name("numerics_checks.py")
 
 def _pytest(marker: str):
     # conftest only sets XLA_FLAGS when it is unset; the probes are measured, not read back
-    env = dict(os.environ, XLA_FLAGS="", SPECJAX_PROBE_CACHE="off")
+    env = dict(os.environ, XLA_FLAGS="", SPECJAX_PROBE_CACHE="off", SPECJAX_VERIFY_BUCKETS="all")
     r = subprocess.run([sys.executable, "-m", "pytest", str(CHECKS), "-q", "-p",
                         "no:cacheprovider", "-m", marker, "-x"], capture_output=True,
                        text=True, env=env, cwd=CHECKS.parent.parent, timeout=3600)

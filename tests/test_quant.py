@@ -94,9 +94,13 @@ def test_plain_w8a8_decoding_is_batch_invariant():
     assert generate(q, ps, max_new_tokens=12, batch_size=3).tokens == alone
 
 
+# suite time: a chain (prompt lookup) and a tree (draft model) by default, the other two under
+# -m long
 @pytest.mark.parametrize("name, kw", [("prompt_lookup", dict(k=6)),
-                                      ("draft_model", dict(k=3, layers=1)),
-                                      ("early_exit", dict(k=2, exit_layer=2)),
+                                      pytest.param("draft_model", dict(k=3, layers=1),
+                                                   marks=pytest.mark.long),
+                                      pytest.param("early_exit", dict(k=2, exit_layer=2),
+                                                   marks=pytest.mark.long),
                                       ("draft_model", dict(k=2, layers=1, tree="topk"))])
 def test_speculative_decoding_runs_on_a_quantized_target(name, kw):
     """Every drafter runs on a w8a8 target, batched, with consistent counters. Token identity

@@ -78,6 +78,7 @@ def test_shipped_heads_decode_exactly_on_smollm2(smollm2, kind):
 
 
 
+@pytest.mark.long  # suite time (32 s): `make demo` runs the real thing at every stop
 def test_demo_compares_several_methods(tiny_gguf, capsys):
     from specjax.cli import main
 

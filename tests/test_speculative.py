@@ -18,6 +18,7 @@ from specjax.verify import acceptance_probs, correction_dist, greedy_verify
 from spec_helpers import (
     chi_square_check,
     check_cache_after_every_step,
+    long_selected,
     make_target,
     mixed_prompts,
     noisy_copy,
@@ -48,19 +49,24 @@ CASES = [pytest.param(name, kw, id=f"{name}-{kw}",
 
 
 @pytest.mark.parametrize("name, kw", CASES)
-def test_greedy_equals_plain_decoding(target, name, kw):
+def test_greedy_equals_plain_decoding(target, name, kw, request):
     ps = mixed_prompts(8, seed=1)
     # budget 16 with k up to 12: rows hit the budget in the middle of a step
     ref = generate(target, ps, max_new_tokens=16).tokens
     d = drafters.make(name, target, **kw)
-    for bs in (1, 3, 8):
+    # batch 1 and 3 (a ragged last batch) by default; all 8 rows at once too under -m long
+    for bs in ((1, 3, 8) if long_selected(request) else (1, 3)):
         res = generate(target, ps, max_new_tokens=16, drafter=d, batch_size=bs)
         assert res.tokens == ref, f"batch size {bs}"
         for toks, fw, acc in zip(res.tokens, res.target_forwards, res.extra["accepted"]):
             assert fw + acc == len(toks)  # every forward emits 1 + accepted tokens
 
 
-@pytest.mark.parametrize("name", sorted(DRAFTERS))
+# suite time: EOS and a full cache are the loop's, not the drafter's: prompt lookup and a draft
+# model by default, the self-speculative drafters under -m long
+@pytest.mark.parametrize("name", [n if n in ("prompt_lookup", "draft_model") else
+                                  pytest.param(n, marks=pytest.mark.long)
+                                  for n in sorted(DRAFTERS)])
 def test_eos_mid_step_and_cache_full(target, name):
     ps = mixed_prompts(4, seed=2)
     free = generate(target, ps, max_new_tokens=24).tokens
@@ -93,6 +99,31 @@ def test_real_acceptance_happens(target):
     assert res.target_forwards[0] <= 24 // 4 + 1
 
 
+def test_verify_buckets_dispatch_is_exact(target, monkeypatch):
+    """The bucketed verify (a block of 1, 2, 4 or k + 1 tokens per step: the users' default)
+    and one block of every node (the suite's SPECJAX_VERIFY_BUCKETS=max) give plain decoding's
+    tokens with the same drafts and acceptances; a bad setting is a clear error."""
+    from specjax import methods
+    from specjax.engine import make_loop
+
+    ps = [([5, 6, 7, 8] * 8)[:30], mixed_prompts(1, seed=3)[0], ([9, 4] * 9)[:17]]
+    ref = generate(target, ps, max_new_tokens=20).tokens
+    m = methods.build("prompt_lookup", target, {"k": "6"})  # adaptive: k varies per step
+    runs = {}
+    for mode in ("all", "max"):
+        monkeypatch.setenv("SPECJAX_VERIFY_BUCKETS", mode)
+        assert make_loop(target, drafter=m.drafter, policy=m.policy).verify_buckets == mode
+        runs[mode] = generate(target, ps, max_new_tokens=20, drafter=m.drafter,
+                              policy=m.policy, batch_size=3)
+        assert runs[mode].tokens == ref, mode
+    assert sum(runs["all"].extra["accepted"]) > 0
+    for key in ("drafted_at", "accepted_at"):
+        assert runs["all"].extra[key] == runs["max"].extra[key]
+    monkeypatch.setenv("SPECJAX_VERIFY_BUCKETS", "some")
+    with pytest.raises(GenerationError, match="SPECJAX_VERIFY_BUCKETS must be all or max"):
+        make_loop(target, drafter=m.drafter, policy=m.policy)
+
+
 # ----------------------------------------------------------------------------- cache invariant
 
 
@@ -107,9 +138,13 @@ CACHE_CASES = [("prompt_lookup", DRAFTERS["prompt_lookup"][-1]),
                ("draft_model", dict(k=3, draft_model="noisy copy", tree="topk"))]
 
 
-@pytest.mark.parametrize("name, kw", CACHE_CASES,
-                         ids=[f"{n}-{kw.get('tree', 'chain')}"
-                              + ("-noisy" if "draft_model" in kw else "") for n, kw in CACHE_CASES])
+# suite time: by default one chain (prompt lookup), the dynamic tree and the noisy draft
+# model's top-k tree (the commit's moves); the other chains and the plain top-k tree under long
+_CACHE_DEFAULT = (0, 4, 6)
+@pytest.mark.parametrize("name, kw", [
+    pytest.param(n, kw, marks=() if i in _CACHE_DEFAULT else pytest.mark.long,
+                 id=f"{n}-{kw.get('tree', 'chain')}" + ("-noisy" if "draft_model" in kw else ""))
+    for i, (n, kw) in enumerate(CACHE_CASES)])
 def test_cache_matches_plain_prefix_after_every_step(target, name, kw):
     """After every committed step (and at budgets that stop rows mid-step), every row's
     committed target cache equals the cache plain decoding builds (chains commit a prefix,

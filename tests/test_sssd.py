@@ -220,6 +220,7 @@ def test_budget_and_rows_ending_mid_step(target, prompts, plain):
     assert all(sum(1 for x in row if x) <= d.cap(8) for row in r.extra["drafted_at"])
 
 
+@pytest.mark.long  # suite time (29 s); the suffix cache's file round trip runs by default
 def test_saved_datastore_reused_gives_identical_outputs(tmp_path, target, prompts, plain):
     path = tmp_path / "ds.npz"
     d = drafters.make("sssd", target, datastore=str(path), k=4, max_order=3, slots=1 << 12,

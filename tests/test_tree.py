@@ -189,7 +189,10 @@ BUILDERS = [  # the top-k tree runs under -m long (suite time: eagle and draft m
     # top-k trees by default in tests/test_eagle.py and the cache invariant of test_speculative)
     pytest.param("early_exit", dict(k=3, exit_layer=2, tree="topk"), marks=pytest.mark.long),
     ("early_exit", dict(k=3, exit_layer=1, tree="dynamic")),
-    ("draft_model", dict(k=3, layers=2, tree="fixed:0,1,0.0,0.1,1.0,0.0.0")),
+    # a fixed tree: by default in the sampling tests of test_speculative (exact law) and
+    # test_token_recycling; greedy identity here under -m long (suite time)
+    pytest.param("draft_model", dict(k=3, layers=2, tree="fixed:0,1,0.0,0.1,1.0,0.0.0"),
+                 marks=pytest.mark.long),
     ("layer_skip", dict(k=2, tree="levels:3.4")),
 ]
 
