@@ -526,6 +526,10 @@ def main():
                         ("bench_policies_spec_bench_eagle", "Draft-length policies on Spec-Bench "
                                                             "at batch 1, 4 and 16 (the shipped "
                                                             "EAGLE-3 head; issue 23)"),
+                        ("bench_policies_overhead_b16", "Cost-aware policies counting a "
+                                                        "drafting step's fixed overhead, "
+                                                        "Spec-Bench (1 question per "
+                                                        "category), batch 16 (issue 23)"),
                         ("bench_policies_overhead", "Cost-aware policies counting a "
                                                     "drafting step's fixed overhead, "
                                                     "Spec-Bench (1 question per category), "
