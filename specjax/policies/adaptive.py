@@ -23,6 +23,7 @@ the batch-4 curve; :func:`load_cost_curve`).
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from pathlib import Path
 
 import jax
@@ -134,7 +135,7 @@ def check_draft_costs(policy) -> None:
     """``draft_cost`` and ``draft_overhead`` of a cost-aware policy are numbers >= 0."""
     for f in ("draft_cost", "draft_overhead"):
         v = getattr(policy, f)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not v >= 0:
             raise PolicyError(f"policy {policy.name!r}: {f} must be >= 0, got {v!r}")
 
 
