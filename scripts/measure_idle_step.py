@@ -61,6 +61,8 @@ def main() -> None:
     ap.add_argument("--prefix", type=int, default=128)
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--variants", default="plain,idle,propose-every-step",
+                    help="which of plain, idle, propose-every-step to time (plain is always)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -90,7 +92,10 @@ def main() -> None:
         (t1, f1), (t2, f2) = decode(short), decode(long)
         return max(t2 - t1, 1e-9) / max(f2 - f1, 1)
 
-    variants = ("plain", "idle", "propose-every-step")
+    variants = tuple(dict.fromkeys(["plain"] + a.variants.split(",")))
+    unknown = set(variants) - {"plain", "idle", "propose-every-step"}
+    if unknown:
+        ap.error(f"--variants: unknown {sorted(unknown)}")
     rows = []
     for b in (int(x) for x in a.batch_sizes.split(",")):
         for v in variants:  # compile
@@ -101,12 +106,13 @@ def main() -> None:
                 ts[v].append(per_forward(b, v))
         med = {v: statistics.median(t) for v, t in ts.items()}
         rows.append({"batch": b, **{f"{v}_step_s": med[v] for v in variants},
-                     "idle_over_plain": med["idle"] / med["plain"],
-                     "propose_every_step_over_plain": med["propose-every-step"] / med["plain"]})
+                     **{f"{v.replace('-', '_')}_over_plain": med[v] / med["plain"]
+                        for v in variants if v != "plain"}})
         print(json.dumps(rows[-1]), flush=True)
     out = {"command": "python scripts/measure_idle_step.py " + " ".join(
         [f"--method {a.method}"] + [f"--method-arg {x}" for x in a.method_arg]
-        + [f"--batch-sizes {a.batch_sizes}"]), "date": utc_now(),
+        + [f"--batch-sizes {a.batch_sizes}", f"--prefix {a.prefix}", f"--steps {a.steps}",
+           f"--repeats {a.repeats}", f"--variants {a.variants}"]), "date": utc_now(),
         "machine": machine_description(), "model": a.model, "method": a.method,
         "method_args": margs, "prefix": a.prefix, "steps": a.steps, "repeats": a.repeats,
         "rows": rows}

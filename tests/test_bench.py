@@ -408,6 +408,29 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
     assert "max_new_tokens: journal 12, now 9" in capsys.readouterr().err
 
 
+def test_journal_accepts_a_pinned_default_not_another_config(tmp_path):
+    """A journal continues when only the arguments differ and the resolved configs (what the
+    runs used, defaults filled in) are the same; it refuses other resolved configs, and
+    other arguments where no resolved configs were recorded."""
+    from specjax.bench.journal import Journal
+    from specjax.errors import BenchError
+
+    cfg = {"eagle": {"method": "eagle", "k": 3, "policy": "fixed"}}
+    head = {"model": "m", "method_args": {"eagle": {"k": "3"}}, "configs": cfg}
+    path = tmp_path / "j.jsonl"
+    assert Journal(path, head).load() == []
+    Journal(path, head).append({"group": "g1"})
+    pinned = {**head, "method_args": {"eagle": {"k": "3", "policy": "fixed"}}}
+    assert Journal(path, pinned).load() == [{"group": "g1"}]
+    other = {**pinned, "configs": {"eagle": {**cfg["eagle"], "policy": "adaptive"}}}
+    with pytest.raises(BenchError, match="configs: journal"):
+        Journal(path, other).load()
+    bare = tmp_path / "bare.jsonl"  # a journal from before configs were recorded
+    Journal(bare, {"model": "m", "method_args": {"eagle": {"k": "3"}}}).load()
+    with pytest.raises(BenchError, match="method_args: journal"):
+        Journal(bare, {"model": "m", "method_args": {"eagle": {"k": "4"}}}).load()
+
+
 # ----------------------------------------------------------------------------- configs/
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))

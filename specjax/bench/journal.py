@@ -16,6 +16,10 @@ class Journal:
     Line 1 is a header with everything that must match for the runs to be comparable (model,
     methods and their arguments, prompts, budgets); each further line is one finished group
     (every method's runs on one batch of prompts). A line cut short by a crash is ignored.
+    Where the header records the resolved configs (``configs``: every method's drafter,
+    ``k``, policy and verifier with the defaults filled in) and they match, the arguments that
+    produced them may differ: pinning a default (``policy=fixed``) keeps a journal going
+    after that default changes.
     """
 
     def __init__(self, path: str | os.PathLike, header: dict):
@@ -36,6 +40,10 @@ class Journal:
             raise BenchError(f"{self.path}: not a specjax bench journal (line 1 is not a "
                              "header)") from None
         diff = sorted(k for k in set(old) | set(self.header) if old.get(k) != self.header.get(k))
+        if diff == ["method_args"] and old.get("configs") is not None:
+            # the same resolved configs (what the runs used, defaults included) spelled with
+            # other arguments: e.g. a default made explicit before the default changed
+            diff = []
         if diff:
             detail = "; ".join(f"{k}: journal {old.get(k)!r}, now {self.header.get(k)!r}"
                                for k in diff)
