@@ -9,10 +9,8 @@ from specjax.experiment import BenchConfig
 def get_config() -> BenchConfig:
     return BenchConfig(
         methods=("ar", "eagle", "eagle@tree"),
-        # the policy written out: these journals continue if EAGLE's default policy changes
-        method_args={"eagle": {"k": 3, "policy": "fixed"},
-                     "eagle@tree": {"tree": "dynamic:width=3,nodes=7,depth=4",
-                                    "policy": "fixed"}},
+        method_args={"eagle": {"k": 3},
+                     "eagle@tree": {"tree": "dynamic:width=3,nodes=7,depth=4"}},
         prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
         limit=10,
         max_new_tokens=128,
