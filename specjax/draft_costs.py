@@ -39,9 +39,7 @@ from specjax import atomic, cost_curves
 from specjax.errors import PolicyError
 from specjax.fingerprint import cache_root
 
-# 3: measured after the verify sizes stopped copying the KV cache (2026-11-27): costs of
-# format 2 included those copies (the more, the larger the batch) and are measured again
-FORMAT = "specjax-draft-cost-3"
+FORMAT = "specjax-draft-cost-2"
 PREFIX = 128
 STEPS = 24
 REPEATS = 3

@@ -37,7 +37,7 @@ from flax import nnx
 
 from specjax.buckets import verify_buckets
 from specjax.cache import KVCache
-from specjax.drafters._tree import run_if, switch_in_place
+from specjax.drafters._tree import run_if
 from specjax.drafters.base import StepContext, drafter_features, tree_spec
 from specjax.features import (
     NO_FEATURES,
@@ -375,22 +375,23 @@ class DecodeLoop:
         def make_branch(T):
             def run(cache):
                 am = None if mask is None else mask[:, :T, :T]
-                # writes the block into the cache's scratch past the committed lengths
+                # the cache is only read in here: writing it inside lax.switch would make
+                # XLA copy every layer's cache in and out of the branch on every step
                 o = target(block[:, :T], pos[:, :T], cache, attn_mask=am,
-                           **forward_kwargs(fs))
+                           defer_cache_write=True, **forward_kwargs(fs))
                 res = verifier.target_output(o.logits, sampling, greedy)
                 res = jnp.pad(res, [(0, 0), (0, N + 1 - T)] + [(0, 0)] * (res.ndim - 2))
+                pad = ((0, 0), (0, N + 1 - T), (0, 0), (0, 0))
+                nk, nv = (tuple(jnp.pad(a, pad) for a in kv) for kv in o.new_kv)
                 kld = (chain_kld(o.logits, tree.q, sampling, greedy, N) if want_kld
                        else jnp.zeros((B, 0), jnp.float32))
-                return (res, pad_tokens(from_output(fs, o), N + 1), kld), o.cache
+                return res, nk, nv, pad_tokens(from_output(fs, o), N + 1), kld
 
             return run
 
-        # each size's verify forward writes the cache in place (switch_in_place: a
-        # lax.switch would copy every layer's cache in and out of the branch, and the exact
-        # numerics attend over the written cache, so even a read-only branch copied it)
-        (vout, feats, kld), cache = switch_in_place(
+        vout, new_k, new_v, feats, kld = jax.lax.switch(
             branch, [make_branch(T) for T in buckets], cache)
+        cache = cache.write(new_k, new_v, cache.lengths)  # padding lands in scratch
         n_acc, path, nxt = verifier.accept(
             fold(step_keys, int(Stream.VERIFY)), tree, valid, n_draft, vout, depth=D,
             chain=chain, greedy=greedy, rule=sampling_rule(drafter))

@@ -126,12 +126,11 @@ def test_verify_buckets_dispatch_is_exact(target, monkeypatch):
 
 @pytest.mark.parametrize("numerics", [
     "fast",
-    # known: XLA:CPU fuses the cache write into the exact attention's tail gather at small
-    # batch and copies each layer's cache to keep the unwritten buffer for it (232 copies in
-    # SmolLM2's batch-1 loop, none at batch 16; docs/benchmarks_notes.md); strict, so this
-    # fails once that is fixed and the mark can go
+    # known: the exact numerics attend over the cache with the block written, so each verify
+    # branch writes a copy of every layer's cache (docs/benchmarks_notes.md, 2026-11-27); strict,
+    # so this fails once that is fixed and the mark can go
     pytest.param("exact", marks=pytest.mark.xfail(
-        strict=True, reason="the exact tail gather fused with the cache write copies it"))])
+        strict=True, reason="the exact verify copies every layer's cache"))])
 def test_verify_step_copies_no_cache(numerics, monkeypatch):
     """The verify forward runs under a switch over block sizes: no layer's cache may be copied
     into or out of it. Counted in the compiled decode loop (the verify branches of a

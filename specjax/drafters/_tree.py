@@ -5,7 +5,7 @@ uses instead of ``lax.cond``."""
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -77,22 +77,6 @@ def run_if(pred, fn: Callable, default, cache):
 
     _, out, cache = jax.lax.while_loop(lambda c: c[0], body,
                                        (jnp.asarray(pred, bool), default, cache))
-    return out, cache
-
-
-def switch_in_place(index, fns: Sequence[Callable], cache):
-    """``fns[index](cache) -> (out, cache)``, for a traced ``index``: ``lax.switch`` for
-    branches that write the cache.
-
-    One zero-or-one-trip loop per branch (:func:`run_if`): each carries the cache and writes
-    it in place, where a switch whose branch writes the cache copies every layer's buffer into
-    and out of the branch on every call. Every branch must return ``out`` of one shape."""
-    if len(fns) == 1:
-        return fns[0](cache)
-    shapes = jax.eval_shape(lambda c: fns[-1](c)[0], cache)
-    out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype), shapes)
-    for i, fn in enumerate(fns):
-        out, cache = run_if(index == i, fn, out, cache)
     return out, cache
 
 

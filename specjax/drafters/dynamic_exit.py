@@ -38,7 +38,7 @@ is a choice too, so a row backs off where no layer pays. The paper's mid-draft c
 exit is not reproduced (its threshold rule is not in the abstract or the card).
 
 **Batching.** Rows draft at different layers: each draft forward runs to the deepest layer
-any drafting row chose (a switch over the candidates, writing the cache in place) and each row takes the logits
+any drafting row chose (a ``lax.switch`` over the candidates) and each row takes the logits
 of its own layer. KV entries it writes past a row's layer are scratch, overwritten by the
 verify pass like every draft entry. Chains only. Lossless: verification is unchanged.
 """
@@ -52,7 +52,6 @@ import jax
 import jax.numpy as jnp
 
 from specjax.drafters._chain import chain_draft
-from specjax.drafters._tree import switch_in_place
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
 from specjax.drafters.self_spec import _parse_layers, _target_model
 from specjax.errors import DrafterError
@@ -185,24 +184,32 @@ class DynamicExitDrafter:
         length = jnp.minimum(jnp.where(ctx.live, length, 0), k)
         deepest = jnp.max(jnp.where(length > 0, layer, 0))
         n = ctx.seq_len - 1
+        L = self.num_layers
+        top = self.exit_layers[-1]  # blocks past the deepest candidate are never run
 
-        def branch(j, tokens, positions):
+        def branch(j):
             exit_at = self.exit_layers[j]
             hidden_at = tuple(x - 1 for x in self.exit_layers[:j + 1])
 
-            def run(cache):  # writes layers < exit_at of the cache's scratch in place
+            def run(tokens, positions, cache):
                 o = target(tokens, positions, cache, exit_layer=exit_at, hidden_layers=hidden_at,
-                           compute_logits=False)
+                           compute_logits=False, defer_cache_write=True)
                 hs = jnp.stack(o.hidden + (jnp.zeros_like(o.hidden[0]),) * (C - j - 1))
-                return hs[:, :, -1], o.cache  # hs: [C, B, D]
+                def every_layer(new):  # zeros up to the deepest candidate, None past it
+                    return tuple(new[i] if i < exit_at else
+                                 (jnp.zeros_like(new[0]) if i < top else None)
+                                 for i in range(L))
+
+                nk, nv = o.new_kv
+                return hs[:, :, -1], every_layer(nk), every_layer(nv)  # hs: [C, B, D]
 
             return run
 
         def step(tokens, positions, cache):
-            hs, cache = switch_in_place(
-                deepest, [branch(j, tokens, positions) for j in range(C)], cache)
+            hs, ks, vs = jax.lax.switch(deepest, [branch(j) for j in range(C)],
+                                        tokens, positions, cache)
             own = jnp.take_along_axis(hs, layer[None, :, None], axis=0)[0]  # [B, D]
-            return target.final_logits(own), cache
+            return target.final_logits(own), cache.write(ks, vs, cache.lengths)
 
         tokens, q, cache, length = chain_draft(step, ctx.target_cache, ctx.pending[:, None],
                                                n[:, None], K, length, ctx, greedy,
