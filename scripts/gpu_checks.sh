@@ -25,7 +25,9 @@
 #                 (default 60), bfloat16 and w8a8 first: OUTDIR/numerics_cases.tsv says per
 #                 case passed / failed / cut / not_run and the seconds it took (float32 at batch 8 ran
 #                 past 200 s on an H100 and an H200 and hid the rest of the grid);
-#                 $NUMERICS_ONLY (an extended regex) keeps only the case ids it matches
+#                 $NUMERICS_ONLY (an extended regex) keeps only the case ids it matches;
+#                 $CASE_JOBS cases run at once (default 1; compiling is host-bound);
+#                 $CASE_XLA_FLAGS: the XLA_FLAGS of each case (default none)
 #   exactness     scripts/measure_exactness.py on the GPU: the price of exact numerics and
 #                 the identity of prompt lookup with plain decoding, for the precisions in
 #                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
@@ -105,18 +107,28 @@ if has numerics_cases; then
     --collect-only -m "${NUMERICS_MARK:-long or not long}" 2>/dev/null | grep '::' \
     | awk '/bfloat16|w8a8/ {print; next} {rest = rest $0 "\n"} END {printf "%s", rest}' \
     | grep -E -- "${NUMERICS_ONLY:-.}")
-  for id in $ids; do
+  one_case() {  # id: run it in its own pytest, cut at CASE_TIMEOUT; one tsv line
+    local id=$1 t0 rc r log1
     t0=$(date +%s)
+    log1="$out/case.$(echo "$id" | md5sum | cut -c1-8).log"
+    echo "== $id" > "$log1"
     # the same -m as the collection: the grid's long cases are deselected by default, and a
     # case id alone does not select them (2026-11-26: every long case "failed" with pytest's
     # rc 5, no test run)
-    XLA_FLAGS="" timeout -k 5 ${CASE_TIMEOUT:-60} $py -P -m pytest "$id" -q -p no:cacheprovider \
-      -m "${NUMERICS_MARK:-long or not long}" >> "$out/numerics_cases.log" 2>&1
+    XLA_FLAGS="${CASE_XLA_FLAGS:-}" timeout -k 5 ${CASE_TIMEOUT:-60} $py -P -m pytest "$id" -q -p no:cacheprovider \
+      -m "${NUMERICS_MARK:-long or not long}" --durations=0 >> "$log1" 2>&1
     rc=$?
-    case $rc in 0) r=passed ;; 124|137) r=cut ;; 5) r=not_run; status=1 ;; *) r=failed; status=1 ;; esac
-    printf '%s\t%s\t%d\n' "$id" "$r" "$(( $(date +%s) - t0 ))" \
-      | tee -a "$out/numerics_cases.tsv" | tee -a "$log"
-  done
+    case $rc in 0) r=passed ;; 124|137) r=cut ;; 5) r=not_run ;; *) r=failed ;; esac
+    printf '%s\t%s\t%d\n' "$id" "$r" "$(( $(date +%s) - t0 ))"
+  }
+  export -f one_case; export py out
+  # CASE_JOBS cases at once (default 1): the time goes to compiling on the host, the GPU
+  # machine has 16 cores; each process allocates GPU memory as it needs it
+  printf '%s\n' $ids | XLA_PYTHON_CLIENT_PREALLOCATE=false xargs -P "${CASE_JOBS:-1}" -I{} \
+    bash -c 'one_case "$1"' _ {} | tee -a "$out/numerics_cases.tsv" | tee -a "$log"
+  for f in "$out"/case.*.log; do head -1 "$f"; tail -25 "$f"; done > "$out/numerics_cases.log" 2>/dev/null
+  rm -f "$out"/case.*.log
+  grep -qvP '\tpassed\t' "$out/numerics_cases.tsv" && status=1
 fi
 
 if has decode_bench; then
