@@ -39,7 +39,9 @@ from specjax import atomic, cost_curves
 from specjax.errors import PolicyError
 from specjax.fingerprint import cache_root
 
-FORMAT = "specjax-draft-cost-2"
+# 3: measured after the exact numerics' verify step stopped copying every layer's KV cache
+# (2026-11-27): costs of format 2 included those copies (the more, the larger the batch)
+FORMAT = "specjax-draft-cost-3"
 PREFIX = 128
 STEPS = 24
 REPEATS = 3

@@ -80,6 +80,36 @@ def test_numerics_switch_is_checked():
         model.set_numerics("strict")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_deferred_write_reads_the_window_from_the_block(dtype):
+    """A forward that defers its cache write attends over the unwritten cache plus the block
+    (no copy of the cache): bit-identical to attending over the written cache, for chains and
+    a tree, mixed prefix lengths, and a block running past the cache's end (masked there)."""
+    from specjax.cache import write_block
+
+    dt = jnp.dtype(dtype)
+    rng = np.random.default_rng(7)
+    B, S, kvh, G, hd = 3, 40, 2, 2, 16
+    L = jnp.asarray([5, 17, 36], jnp.int32)
+    parents = [-1, 0, 0, 1, 2, 2, 5]  # a tree; chains: the lower-triangular mask
+    anc = np.asarray(ancestor_mask(jnp.asarray([[p - 1 for p in parents[1:]]]), 7))[0]
+    for T, m in ((1, np.ones((1, 1), bool)), (6, np.tril(np.ones((6, 6), bool))), (7, anc)):
+        kc = jnp.asarray(rng.standard_normal((B, S, kvh, hd)), dt)
+        vc = jnp.asarray(rng.standard_normal((B, S, kvh, hd)), dt)
+        kn = jnp.asarray(rng.standard_normal((B, T, kvh, hd)), dt)
+        vn = jnp.asarray(rng.standard_normal((B, T, kvh, hd)), dt)
+        q = jnp.asarray(rng.standard_normal((B, T, kvh * G, hd)), dt)
+        in_cache = (L[:, None] + jnp.arange(T)[None] < S)[:, None, :]
+        mask = jnp.asarray(m)[None] & in_cache
+        f = jax.jit(numerics.exact_attention, static_argnames=("dtype",))
+        want = f(q, write_block(kc, kn, L), write_block(vc, vn, L), L, mask, dtype=dt)
+        got = f(q, kc, vc, L, mask, dtype=dt, k_new=kn, v_new=vn)
+        assert np.array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32)), T
+    with pytest.raises(ValueError, match="window of the block itself"):
+        numerics.exact_attention(q, kc, vc, L, jnp.ones((B, T, T + 1), bool), dt,
+                                 k_new=kn, v_new=vn)
+
+
 # ----------------------------------------------------------------------------- the forward
 
 

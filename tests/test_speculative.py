@@ -124,13 +124,9 @@ def test_verify_buckets_dispatch_is_exact(target, monkeypatch):
         make_loop(target, drafter=m.drafter, policy=m.policy)
 
 
-@pytest.mark.parametrize("numerics", [
-    "fast",
-    # known: the exact numerics attend over the cache with the block written, so each verify
-    # branch writes a copy of every layer's cache (docs/benchmarks_notes.md, 2026-11-27); strict,
-    # so this fails once that is fixed and the mark can go
-    pytest.param("exact", marks=pytest.mark.xfail(
-        strict=True, reason="the exact verify copies every layer's cache"))])
+# exact: until 2026-11-27 the exact numerics attended over a written copy of each layer's
+# cache in every verify branch (docs/benchmarks_notes.md); they now read the block's own keys
+@pytest.mark.parametrize("numerics", ["fast", "exact"])
 def test_verify_step_copies_no_cache(numerics, monkeypatch):
     """The verify forward runs under a switch over block sizes: no layer's cache may be copied
     into or out of it. Counted in the compiled decode loop (the verify branches of a

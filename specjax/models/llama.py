@@ -245,11 +245,17 @@ class Attention(nnx.Module):
             v_cache = write_block(v_cache, v, lengths + write_offset)
         W = mask.shape[2]
         if exact:  # invariant numerics: see specjax.models.numerics
-            from specjax.models.numerics import exact_attention
+            from specjax.models.numerics import EXACT_TAIL, exact_attention
 
-            k_all = k_cache if write else write_block(k_cache, k, lengths)
-            v_all = v_cache if write else write_block(v_cache, v, lengths)
-            out = exact_attention(q, k_all, v_all, lengths, mask, dtype)
+            if write:
+                out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype)
+            elif W == T and T <= EXACT_TAIL:  # the window is the block: read it from there
+                # (attending over a written copy cost every layer's cache per verify step)
+                out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype,
+                                      k_new=k, v_new=v)
+            else:  # a deferred write with a longer window: attend over a written copy
+                out = exact_attention(q, write_block(k_cache, k, lengths),
+                                      write_block(v_cache, v, lengths), lengths, mask, dtype)
             out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype,
                          _scale(self.wo_scale), exact)
             return out, k_cache, v_cache, k, v

@@ -279,7 +279,8 @@ def pad_rows(x: jax.Array, rows: int, axis: int = 0) -> jax.Array:
 
 # ----------------------------------------------------------------------------- attention
 
-def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAIL):
+def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAIL,
+                    k_new=None, v_new=None):
     """Softmax attention with a fixed order of every sum (see the module doc).
 
     Args:
@@ -291,6 +292,15 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
         window slots must be in position order (chains and breadth-first trees are).
       dtype: compute dtype of the value product.
       tail: positions per query read by rank.
+      k_new, v_new: optional ``[B, T, KVH, Dh]``: the new block, when ``k_all, v_all`` are
+        the cache *without* it (a forward that defers its cache write: the verify step's,
+        under a switch over block sizes, where writing a copy of the cache cost every
+        layer's buffer per step). Needs a window of the block itself (``W == T``) no longer
+        than ``tail``: then every visible window slot is in the tail (a query sees at most
+        ``W <= tail`` of them, all ranked after its committed keys), so the window's keys
+        and values are gathered from the block, and the product over the cache row reads
+        only committed slots (the window slots' stale contents are masked out, as any slot
+        no query reads). The result is bit-identical to passing the written cache.
 
     Returns:
       ``[B, T, H, Dh]`` in ``dtype``.
@@ -310,13 +320,29 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     r = split[..., None] + jnp.arange(R, dtype=jnp.int32)  # [B, T, R] tail ranks
     wr = r - L[:, None, None]  # rank inside the window (negative: committed prefix)
     match = ((cnt[:, :, None, :] - 1) == wr[..., None]) & mask[:, :, None, :]  # [B,T,R,W]
-    slot = jnp.where(wr < 0, r, L[:, None, None] + jnp.argmax(match, axis=-1))
+    w_of = jnp.argmax(match, axis=-1)  # [B, T, R] the window index of a window rank
     tail_ok = r >= 0
-    slot = jnp.clip(slot, 0, S - 1)
+    if k_new is None:
+        slot = jnp.clip(jnp.where(wr < 0, r, L[:, None, None] + w_of), 0, S - 1)
+        flat = slot.reshape(B, T * R)[:, :, None, None]
+        k_t = jnp.take_along_axis(k_all, flat, axis=1).reshape(B, T, R, kvh, hd)
+        v_t = jnp.take_along_axis(v_all, flat, axis=1).reshape(B, T, R, kvh, hd)
+    else:  # committed ranks from the cache, window ranks from the block
+        if mask.shape[2] != T or T > R or k_new.shape[:2] != (B, T):
+            raise ValueError(
+                f"exact_attention: k_new/v_new need a window of the block itself of at most "
+                f"tail = {R} slots; got a window of {mask.shape[2]} for a block of "
+                f"{k_new.shape[1]} (mask for {T} queries)")
+        in_w = (wr >= 0)[..., None, None]
+        flat_c = jnp.clip(r, 0, S - 1).reshape(B, T * R)[:, :, None, None]
+        flat_w = w_of.reshape(B, T * R)[:, :, None, None]
+        k_t = jnp.where(in_w, jnp.take_along_axis(
+            k_new.astype(k_all.dtype), flat_w, axis=1).reshape(B, T, R, kvh, hd),
+            jnp.take_along_axis(k_all, flat_c, axis=1).reshape(B, T, R, kvh, hd))
+        v_t = jnp.where(in_w, jnp.take_along_axis(
+            v_new.astype(v_all.dtype), flat_w, axis=1).reshape(B, T, R, kvh, hd),
+            jnp.take_along_axis(v_all, flat_c, axis=1).reshape(B, T, R, kvh, hd))
     # --- tail: gathered keys/values, element-wise scores and sums in rank order
-    flat = slot.reshape(B, T * R)[:, :, None, None]
-    k_t = jnp.take_along_axis(k_all, flat, axis=1).reshape(B, T, R, kvh, hd)
-    v_t = jnp.take_along_axis(v_all, flat, axis=1).reshape(B, T, R, kvh, hd)
     qg = q.reshape(B, T, kvh, G, hd).astype(jnp.float32)
     kt = jnp.transpose(k_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
     s_t = fixed_sum(qg[:, :, :, :, None, :] * kt[:, :, :, None, :, :], -1) * scale
