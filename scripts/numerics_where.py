@@ -51,14 +51,12 @@ def _fwd(model, tokens, positions, cache, skip_attn=(), skip_mlp=(), hidden_laye
 def _record(out, slots, n_layers, attn_on):
     """Per token ``i``: the quantities of the forward at cache slot ``slots[:, i]``."""
     B, T = slots.shape
+    kv = ({f"{n}[{l}]": np.asarray(buf[l]) for n, buf in (("k", out.cache.k), ("v", out.cache.v))
+           for l in range(n_layers)} if attn_on else {})
     rec = []
     for i in range(T):
         s = slots[:, i]
-        q = {}
-        if attn_on:
-            for l in range(n_layers):
-                q[f"k[{l}]"] = np.asarray(out.cache.k[l])[np.arange(B), s].astype(np.float32)
-                q[f"v[{l}]"] = np.asarray(out.cache.v[l])[np.arange(B), s].astype(np.float32)
+        q = {name: a[np.arange(B), s].astype(np.float32) for name, a in kv.items()}
         for l, h in enumerate(out.hidden):
             q[f"hidden[{l}]"] = np.asarray(h[:, i]).astype(np.float32)
         q["final_hidden"] = np.asarray(out.final_hidden[:, i]).astype(np.float32)

@@ -336,12 +336,13 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
         in_w = (wr >= 0)[..., None, None]
         flat_c = jnp.clip(r, 0, S - 1).reshape(B, T * R)[:, :, None, None]
         flat_w = w_of.reshape(B, T * R)[:, :, None, None]
-        k_t = jnp.where(in_w, jnp.take_along_axis(
-            k_new.astype(k_all.dtype), flat_w, axis=1).reshape(B, T, R, kvh, hd),
-            jnp.take_along_axis(k_all, flat_c, axis=1).reshape(B, T, R, kvh, hd))
-        v_t = jnp.where(in_w, jnp.take_along_axis(
-            v_new.astype(v_all.dtype), flat_w, axis=1).reshape(B, T, R, kvh, hd),
-            jnp.take_along_axis(v_all, flat_c, axis=1).reshape(B, T, R, kvh, hd))
+
+        def tail_of(cache_buf, block):
+            got = [jnp.take_along_axis(a, i, axis=1).reshape(B, T, R, kvh, hd)
+                   for a, i in ((block.astype(cache_buf.dtype), flat_w), (cache_buf, flat_c))]
+            return jnp.where(in_w, *got)
+
+        k_t, v_t = tail_of(k_all, k_new), tail_of(v_all, v_new)
     # --- tail: gathered keys/values, element-wise scores and sums in rank order
     qg = q.reshape(B, T, kvh, G, hd).astype(jnp.float32)
     kt = jnp.transpose(k_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
