@@ -68,7 +68,8 @@ def main() -> None:
 
     from specjax import methods
     from specjax.bench.machine import machine_description, utc_now
-    from specjax.engine import bucket_length, generate
+    from specjax.buckets import cache_length
+    from specjax.engine import generate
     from specjax.models.loaders import load
     from specjax.sampling import SamplingParams
 
@@ -79,7 +80,7 @@ def main() -> None:
     vocab = lm.model.cfg.vocab_size
     prompt = [(7 * i + 11) % vocab for i in range(a.prefix)]
     short, long = 4, 4 + a.steps
-    cache_len = -(-(bucket_length(a.prefix) + long + 1) // 64) * 64
+    cache_len = cache_length(a.prefix, long + 1)
 
     def per_forward(batch, variant):
         def decode(n):

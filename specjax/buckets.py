@@ -14,6 +14,14 @@ def bucket_length(n: int, minimum: int = 16) -> int:
     return -(-n // 256) * 256
 
 
+def cache_length(prompt_len: int, max_new_tokens: int) -> int:
+    """Default static KV-cache length for a prompt of ``prompt_len`` tokens and
+    ``max_new_tokens`` new ones: the prompt's :func:`bucket_length` plus the new tokens,
+    rounded up to a multiple of 64. Every prompt whose cache length is equal shares one
+    compiled decode loop."""
+    return -(-(bucket_length(prompt_len) + max_new_tokens) // 64) * 64
+
+
 def prefill_length(n: int, minimum: int = 16) -> int:
     """Padded prompt length of the prefill forward, finer than :func:`bucket_length` (padding
     costs prefill compute in proportion; a prefill program compiles quickly): powers of two up

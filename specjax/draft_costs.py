@@ -98,13 +98,13 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     the shorter drafts of the last steps cancel; median over ``repeats`` after a compiling
     run."""
     from specjax.bench.curve import seconds_per_forward
-    from specjax.engine import bucket_length
+    from specjax.buckets import cache_length
 
     vocab = lm.model.cfg.vocab_size
     prompt = [(7 * i + 11) % vocab for i in range(prefix)]
     K = int(drafter.max_k)
     short, long = K + 2, K + 2 + steps * (K + 1)
-    cache_len = -(-(bucket_length(prefix) + long + 1) // 64) * 64
+    cache_len = cache_length(prefix, long + 1)
 
     def per_forward(d, policy=None) -> float:
         return seconds_per_forward(lm, d, prompt, batch, (short, long), cache_len, repeats,

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.buckets import bucket_length, prefill_length  # noqa: F401  (re-exported)
+from specjax.buckets import bucket_length, cache_length, prefill_length  # noqa: F401  (re-exported)
 from specjax.distributed import to_host
 from specjax.loop import DecodeLoop, LoopState, prefill_jit, run_jit  # noqa: F401
 from specjax.models.llama import Llama
@@ -231,8 +231,8 @@ def generate(
       sampling: :class:`SamplingParams` (default greedy).
       eos_ids: token ids that end a sequence (the EOS token is kept in the output).
       batch_size: prompts decoded together (default: all at once).
-      cache_len: static KV-cache length (default: the prompt's cache bucket, see
-        :func:`bucket_length`, + max_new_tokens, rounded up to 64). A prompt longer than the
+      cache_len: static KV-cache length (default :func:`specjax.buckets.cache_length` of the
+        batch's longest prompt: its cache bucket + max_new_tokens, rounded up to 64). A prompt longer than the
         cache is an error; generation that reaches the end of the cache stops with
         ``stop_reason == "cache_full"``.
       drafter: a drafter (``specjax.drafters.make(name, lm, ...)``); ``None`` = plain decoding.
@@ -307,7 +307,7 @@ def generate(
         rows = chunk + [chunk[0]] * (bs - n_real)  # pad the batch with dummy rows (budget 0)
         longest = max(len(p) for p in rows)
         P = prefill_length(longest)
-        S = cache_len or -(-(bucket_length(longest) + max_new_tokens) // 64) * 64
+        S = cache_len or cache_length(longest, max_new_tokens)
         S = min(S, max(cfg.max_position_embeddings, P))
         if P > S:  # bucket padding past the cache: pad to the cache exactly
             P = S

@@ -180,6 +180,10 @@ def test_prompt_buckets_limit_recompiles(model):
 
     assert [bucket_length(n) for n in (1, 16, 17, 100, 256, 257, 600)] == [
         16, 16, 32, 128, 256, 512, 768]
+    # the default cache: the bucket + the new tokens, rounded up to 64 (the demo gives every
+    # prompt the largest of these so that all share one decode loop)
+    assert [engine.cache_length(n, m) for n, m in ((20, 4), (40, 128), (67, 128), (300, 1))] == [
+        64, 192, 256, 576]
     generate(model, prompts_of([20]), max_new_tokens=4)
     n = len(engine.COMPILED._cache)
     r = generate(model, prompts_of([25]), max_new_tokens=4)  # same bucket (32)

@@ -157,7 +157,7 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
     tokens), so give the ks of that engine's buckets to time exactly its block sizes. Same
     JSON layout as :func:`verify_curve`, plus ``in_loop: true``.
     """
-    from specjax.engine import bucket_length
+    from specjax.buckets import cache_length
 
     if max(ks) < 2:
         raise BenchError("the in-loop curve needs a k >= 2 (a drafted token)")
@@ -165,7 +165,7 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
     vocab = lm.model.cfg.vocab_size
     prompt = [(7 * i + 11) % vocab for i in range(max(prefix, 1))]
     short, long = K + 2, K + 2 + steps  # token budgets: the same clipped tail
-    cache_len = -(-(bucket_length(len(prompt)) + long + 1) // 64) * 64
+    cache_len = cache_length(len(prompt), long + 1)
     out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
            "relative": {}, "in_loop": True, "steps": steps, "engine_k": K}
 
