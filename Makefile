@@ -27,11 +27,13 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/specjax demo
 
-# two test processes (the suite is compile-bound; one file per process keeps module fixtures)
+# two test processes; worksteal keeps both busy to the end (a module's fixtures may then be
+# built in both; the suite is compile-bound and the processes share JAX's compilation cache,
+# tests/conftest.py): 29:34 against 32:11 with one file per process, 2026-11-27
 TEST_WORKERS ?= 2
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python scripts/bench_decode.py

@@ -632,6 +632,38 @@ def expand_config(argv: list[str], path: str) -> list[str]:
     return rest[:i + 1] + cfg.to_argv() + rest[i + 1:]
 
 
+COMPILE_CACHE_ENV = "SPECJAX_COMPILE_CACHE"
+
+
+def use_compile_cache() -> str | None:
+    """Turns on JAX's persistent compilation cache for ``demo`` and ``generate``: a compiled
+    decode loop (minutes on a small CPU) is saved under ``cache_root()/jax-compilation-cache``
+    and loaded, not compiled again, by the next run of the same program, flags and JAX version
+    (the key holds all three, so a loaded program is the one a compile would give).
+    ``SPECJAX_COMPILE_CACHE=off`` turns it off, ``=DIR`` picks the directory; a cache that JAX
+    was already given (``JAX_COMPILATION_CACHE_DIR``) is left as it is. ``bench`` does not
+    call this: its compile times are measured. Returns the directory in use, or None."""
+    import jax
+
+    setting = os.environ.get(COMPILE_CACHE_ENV, "").strip()
+    if setting.lower() in ("0", "off", "no", "false"):
+        return None
+    if jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
+    from specjax.fingerprint import cache_root
+
+    path = setting or str(cache_root() / "jax-compilation-cache")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:  # a read-only home: decode without the cache, say so
+        print(f"specjax: compilation cache off ({path}: {e.strerror})", file=sys.stderr)
+        return None
+    jax.config.update("jax_compilation_cache_dir", path)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return path
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--distributed" in argv:  # a multi-host run (scripts/launch_multihost.sh): join first
@@ -654,6 +686,8 @@ def main(argv=None) -> int:
             argv = expand_config(argv, args.config)
             args = parser.parse_args(argv)
         args.argv = argv  # the command line as run (a config expanded into its flags)
+        if args.cmd in ("demo", "generate"):
+            use_compile_cache()
         return args.fn(args)
     except SpecjaxError as e:
         print(f"specjax: error: {e}", file=sys.stderr)

@@ -16,7 +16,8 @@ import json
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 "
+                           + os.environ.get("SPECJAX_TEST_XLA_FLAGS", ""))  # tests/conftest.py
 os.environ.setdefault("SPECJAX_COST_CURVE", "builtin")
 
 import jax  # noqa: E402

@@ -13,7 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+os.environ["XLA_FLAGS"] = ("--xla_force_host_platform_device_count=8 "
+                           + os.environ.get("SPECJAX_TEST_XLA_FLAGS", ""))  # tests/conftest.py
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,6 +1,7 @@
 """The specjax command line."""
 
 import json
+import os
 import tomllib
 from pathlib import Path
 
@@ -65,6 +66,37 @@ def test_cli_generate_and_info(tmp_path, capsys, tiny_gguf):
     assert main(["info"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["architecture"] == "llama" and info["tokenizer"]["vocab_size"] == 49152
+
+
+def test_generate_reuses_compiled_programs_across_processes(tmp_path, tiny_gguf):
+    """`generate` saves its compiled programs in the persistent compilation cache and a second
+    process loads them (JAX logs the hit) with the same output; ``off`` writes nothing."""
+    import subprocess
+    import sys
+
+    cache = tmp_path / "cc"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+    env.update(SPECJAX_COMPILE_CACHE=str(cache), JAX_LOG_COMPILES="1",
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    cmd = [sys.executable, "-m", "specjax.cli", "generate", "--model", str(tiny_gguf),
+           "--prompt", "What is 2+2?", "--max-new-tokens", "6", "--quiet"]
+
+    def run(**extra):
+        r = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra},
+                           timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.splitlines()[-1])["output_ids"], r.stderr
+
+    first, log1 = run()
+    loop_hit = "Persistent compilation cache hit for 'jit_run_jit'"  # the decode loop
+    assert any(p.name.startswith("jit_run_jit") for p in cache.iterdir())
+    assert loop_hit not in log1
+    second, log2 = run()
+    assert second == first and loop_hit in log2
+    env.pop("SPECJAX_COMPILE_CACHE")  # off: not even the default directory is made
+    third, log3 = run(SPECJAX_COMPILE_CACHE="off", SPECJAX_CACHE_DIR=str(tmp_path / "root"))
+    assert third == first and "cache hit" not in log3
+    assert not (tmp_path / "root" / "jax-compilation-cache").exists()
 
 
 def test_every_package_is_listed_in_pyproject():

@@ -87,7 +87,7 @@ class FeatureProbe:
 
 
 @pytest.mark.parametrize("tree", [None, "dynamic:width=2,nodes=6"], ids=["chain", "tree"])
-@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("batch", [1, pytest.param(3, marks=pytest.mark.long)])  # suite time
 def test_drafter_gets_the_features_of_a_plain_forward(target, prompts, tree, batch):
     """At every committed position, the features handed to the drafter (from the prefill and
     the verify forwards) equal those of one plain forward over the row's committed tokens."""

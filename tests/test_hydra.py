@@ -53,7 +53,9 @@ def plain(target, prompts):
 # the fixed-tree case runs under -m long (the suite's time): trees are checked by the dynamic one;
 # so does plain Hydra's chain (Hydra++ covers the chain; plain Hydra's heads sample exactly in
 # test_hydra_sampling_matches_the_target_distribution by default)
-CASES = [pytest.param(dict(), id="hydra++-chain"),
+# (2026-11-27, suite time) Hydra++'s chain too: its tree runs, and chains draft exactly in
+# the sampling test below
+CASES = [pytest.param(dict(), id="hydra++-chain", marks=pytest.mark.long),
          pytest.param(dict(prefix=False, mlp_layers=1), id="hydra-chain",
                       marks=pytest.mark.long),
          pytest.param(dict(tree="dynamic:width=2,nodes=6"), id="hydra++-dynamic"),
@@ -122,7 +124,9 @@ def test_prefix_cache_and_context_after_every_step(target, tree):
 @pytest.mark.parametrize("kw", [dict(k=2),
                                 pytest.param(dict(k=2, tree="fixed:0,1,0.0"),
                                              marks=pytest.mark.long),
-                                dict(k=2, draft_vocab=6, prefix=False)],
+                                # a draft vocabulary: EAGLE's test runs it by default
+                                pytest.param(dict(k=2, draft_vocab=6, prefix=False),
+                                             marks=pytest.mark.long)],
                          ids=["chain", "fixed-tree", "chain-draft-vocab-6-of-8"])
 def test_hydra_sampling_matches_the_target_distribution(kw):
     target, _ = sharp_tiny_pair()

@@ -26,7 +26,9 @@ def test_medusa_is_greedy_identical(target, tree):
     assert r.tokens == ref and sum(r.extra["drafted"]) > 0
 
 
-@pytest.mark.parametrize("kw", [{}, {"draft_vocab": 6}], ids=["full-vocab", "draft-vocab-6-of-8"])
+# a draft vocabulary under -m long (suite time; EAGLE's sampling test runs one by default)
+@pytest.mark.parametrize("kw", [{}, pytest.param({"draft_vocab": 6}, marks=pytest.mark.long)],
+                         ids=["full-vocab", "draft-vocab-6-of-8"])
 def test_medusa_sampling_matches_the_target_distribution(kw):
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])

@@ -57,7 +57,7 @@ def test_two_processes_decode_like_one_device(quick):
     """Two processes joined by jax.distributed (4 simulated CPU devices each): meshes spanning
     both give one device's tokens, and both processes return the same result (quick: plain
     decoding, greedy; full: prompt lookup and sampling too)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("SPECJAX_TEST_XLA_FLAGS", ""))
     addr = f"localhost:{_free_port()}"
     script = Path(__file__).with_name("multihost_check.py")
     flags = ["--quick"] if quick else []

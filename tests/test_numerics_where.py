@@ -12,6 +12,7 @@ import pytest
 from script_helpers import SCRIPTS, load_script
 
 
+@pytest.mark.long  # suite time (47 s); the planted difference below runs the same script
 def test_reports_nothing_where_the_forward_is_invariant(tmp_path):
     # XLA's default CPU options, as users run (the suite's -O0 backend is not what exact
     # numerics are about; tests/test_numerics.py runs its checks the same way)

@@ -129,7 +129,9 @@ def plain_one_by_one(smollm2):
 # the self-speculative drafters are checked on tiny models in the default run and here under
 # `-m long` (the default run must stay under 20 minutes on CI's 2 cores)
 # (draft_model too: tests/test_speculative.py checks it at batch 1, 3 and 8 on tiny models)
-@pytest.mark.parametrize("method", ["prompt_lookup",
+# (2026-11-27, suite time) prompt lookup too: the real model's greedy identity runs by default
+# with the shipped EAGLE-3 head (tests/test_shipped_heads.py), prompt lookup's on tiny models
+@pytest.mark.parametrize("method", [pytest.param("prompt_lookup", marks=pytest.mark.long),
                                     pytest.param("draft_model", marks=pytest.mark.long),
                                     pytest.param("early_exit", marks=pytest.mark.long),
                                     pytest.param("layer_skip", marks=pytest.mark.long)])

@@ -88,7 +88,7 @@ def test_stop_rule_by_hand(target, tmp_path):
 
 @pytest.mark.parametrize("name,kw", [
     pytest.param("draft_model", dict(k=6, layers=1), marks=pytest.mark.long),
-    ("eagle", dict(k=6)),
+    pytest.param("eagle", dict(k=6), marks=pytest.mark.long),  # suite time: the tree runs
     ("eagle", dict(k=6, tree="dynamic:width=2,nodes=8")),
     pytest.param("medusa", dict(k=4), marks=pytest.mark.long),
 ], ids=["draft_model", "eagle", "eagle-tree", "medusa"])

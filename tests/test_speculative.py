@@ -42,8 +42,11 @@ DRAFTERS = {
 # the others run under -m long (the suite's time: each case compiles three batch sizes)
 # prompt lookup's greedy identity runs by default elsewhere (its adaptive pair in
 # tests/test_extension_points.py, the real model in tests/test_real_model.py, the mesh check)
+# suite time (2026-11-27): early exit's and layer skip's chains run under -m long too; their
+# trees run by default (tests/test_tree.py::test_greedy_tree_decoding_equals_plain), DEL's
+# per-row exits in tests/test_dynamic_exit.py
 CASES = [pytest.param(name, kw, id=f"{name}-{kw}",
-                      marks=() if i == len(kws) - 1 and name != "prompt_lookup"
+                      marks=() if i == len(kws) - 1 and name == "draft_model"
                       else pytest.mark.long)
          for name, kws in DRAFTERS.items() for i, kw in enumerate(kws)]
 
@@ -64,7 +67,7 @@ def test_greedy_equals_plain_decoding(target, name, kw, request):
 
 # suite time: EOS and a full cache are the loop's, not the drafter's: prompt lookup and a draft
 # model by default, the self-speculative drafters under -m long
-@pytest.mark.parametrize("name", [n if n in ("prompt_lookup", "draft_model") else
+@pytest.mark.parametrize("name", [n if n == "prompt_lookup" else  # the engine's EOS/cache logic
                                   pytest.param(n, marks=pytest.mark.long)
                                   for n in sorted(DRAFTERS)])
 def test_eos_mid_step_and_cache_full(target, name):
@@ -249,9 +252,14 @@ SAMPLING_CASES = [dict(k=3), dict(k=1), dict(k=2, tree="fixed:0,1,2,0.0,1.0"),
                   dict(k=2, tree="levels:2.2:iid"), dict(k=2, tree="topk")]
 
 
-@pytest.mark.parametrize("kw", [  # chain k=1 under -m long (the suite's time; k=3 runs)
+# suite time: chain k=1, independent siblings and the top-k tree under -m long (a chain and a
+# tree drawn without replacement run; every multi-draft rule is enumerated exactly in
+# tests/test_tree.py::test_multi_draft_rule_exact_by_enumeration)
+@pytest.mark.parametrize("kw", [
     pytest.param(kw, id=kw.get("tree", "chain") + f"-k{kw['k']}",
-                 marks=pytest.mark.long if kw == dict(k=1) else ()) for kw in SAMPLING_CASES])
+                 marks=pytest.mark.long if kw in (dict(k=1), dict(k=2, tree="levels:2.2:iid"),
+                                                  dict(k=2, tree="topk")) else ())
+    for kw in SAMPLING_CASES])
 def test_sampled_sequences_match_target_distribution(kw):
     """Chi-square of the first three sampled tokens (spec vs the exact target law): a chain,
     a fixed tree with siblings drawn without replacement, one with independent siblings

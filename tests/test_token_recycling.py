@@ -86,7 +86,8 @@ def test_table_is_the_targets_top_ids(target, prompts):
 @pytest.mark.parametrize("args", [
     pytest.param({}, id="default-tree"),
     pytest.param({"k": "3", "tree": "chain"}, id="chain-3", marks=pytest.mark.long),  # time
-    pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}, id="fixed-tree")])
+    pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}, id="fixed-tree",
+                 marks=pytest.mark.long)])  # suite time: the default tree runs
 def test_greedy_identity(target, prompts, plain, args):
     m = methods.build("token_recycling", target, args)
     for B in (1, 3, 8):
