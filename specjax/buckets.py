@@ -17,8 +17,8 @@ def bucket_length(n: int, minimum: int = 16) -> int:
 def cache_length(prompt_len: int, max_new_tokens: int) -> int:
     """Default static KV-cache length for a prompt of ``prompt_len`` tokens and
     ``max_new_tokens`` new ones: the prompt's :func:`bucket_length` plus the new tokens,
-    rounded up to a multiple of 64. Every prompt whose cache length is equal shares one
-    compiled decode loop."""
+    rounded up to a multiple of 64. Prompts of equal cache length share one compiled decode loop
+    (per method and batch size)."""
     return -(-(bucket_length(prompt_len) + max_new_tokens) // 64) * 64
 
 

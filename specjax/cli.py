@@ -633,34 +633,38 @@ def expand_config(argv: list[str], path: str) -> list[str]:
 
 
 COMPILE_CACHE_ENV = "SPECJAX_COMPILE_CACHE"
+COMPILE_CACHE_MAX_BYTES = 4 << 30
 
 
 def use_compile_cache() -> str | None:
     """Turns on JAX's persistent compilation cache for ``demo`` and ``generate``: a compiled
     decode loop (minutes on a small CPU) is saved under ``cache_root()/jax-compilation-cache``
     and loaded, not compiled again, by the next run of the same program, flags and JAX version
-    (the key holds all three, so a loaded program is the one a compile would give).
-    ``SPECJAX_COMPILE_CACHE=off`` turns it off, ``=DIR`` picks the directory; a cache that JAX
-    was already given (``JAX_COMPILATION_CACHE_DIR``) is left as it is. ``bench`` does not
-    call this: its compile times are measured. Returns the directory in use, or None."""
+    (the key holds all three, so a loaded program is the one a compile would give); programs
+    that compile in under a second are not kept, and the directory is bounded to
+    ``COMPILE_CACHE_MAX_BYTES`` (least recently used entries go first).
+    ``SPECJAX_COMPILE_CACHE=off`` sets none, ``=DIR`` picks the directory; a cache JAX was
+    already given (``JAX_COMPILATION_CACHE_DIR``) is used as it is, even with ``off``.
+    ``bench`` does not call this: its compile times are measured. Returns the directory in
+    use, or None."""
     import jax
 
+    if jax.config.jax_compilation_cache_dir:
+        return jax.config.jax_compilation_cache_dir
     setting = os.environ.get(COMPILE_CACHE_ENV, "").strip()
     if setting.lower() in ("0", "off", "no", "false"):
         return None
-    if jax.config.jax_compilation_cache_dir:
-        return jax.config.jax_compilation_cache_dir
     from specjax.fingerprint import cache_root
 
-    path = setting or str(cache_root() / "jax-compilation-cache")
+    path = os.path.expanduser(setting) if setting else str(cache_root() / "jax-compilation-cache")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:  # a read-only home: decode without the cache, say so
         print(f"specjax: compilation cache off ({path}: {e.strerror})", file=sys.stderr)
         return None
     jax.config.update("jax_compilation_cache_dir", path)
-    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    if jax.config.jax_compilation_cache_max_size < 0:  # JAX's default: unbounded
+        jax.config.update("jax_compilation_cache_max_size", COMPILE_CACHE_MAX_BYTES)
     return path
 
 

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.buckets import bucket_length, cache_length, prefill_length  # noqa: F401  (re-exported)
+from specjax.buckets import (  # noqa: F401  (bucket_length re-exported)
+    bucket_length, cache_length, prefill_length)
 from specjax.distributed import to_host
 from specjax.loop import DecodeLoop, LoopState, prefill_jit, run_jit  # noqa: F401
 from specjax.models.llama import Llama
@@ -232,8 +233,8 @@ def generate(
       eos_ids: token ids that end a sequence (the EOS token is kept in the output).
       batch_size: prompts decoded together (default: all at once).
       cache_len: static KV-cache length (default :func:`specjax.buckets.cache_length` of the
-        batch's longest prompt: its cache bucket + max_new_tokens, rounded up to 64). A prompt longer than the
-        cache is an error; generation that reaches the end of the cache stops with
+        batch's longest prompt: its cache bucket + max_new_tokens, rounded up to 64). A prompt
+        longer than the cache is an error; generation that reaches the end of the cache stops with
         ``stop_reason == "cache_full"``.
       drafter: a drafter (``specjax.drafters.make(name, lm, ...)``); ``None`` = plain decoding.
       verifier: the acceptance rule: ``None`` / ``"exact"`` (greedy verification when greedy,

@@ -80,7 +80,8 @@ def test_numerics_switch_is_checked():
         model.set_numerics("strict")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+# bfloat16 under -m long (suite time, 12 s): its verify blocks and trees are checked by default
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=LONG)])
 def test_deferred_write_reads_the_window_from_the_block(dtype):
     """A forward that defers its cache write attends over the unwritten cache plus the block
     (no copy of the cache): bit-identical to attending over the written cache, for chains and

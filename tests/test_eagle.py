@@ -38,8 +38,9 @@ def plain(target, prompts):
 
 
 # the fixed-tree case runs under -m long (the suite's time): trees are checked by the dynamic one;
-# so does EAGLE-3's chain (EAGLE-1's chain runs, and the shipped EAGLE-3 head's chain on the
-# real model in tests/test_shipped_heads.py)
+# so does EAGLE-3's chain (EAGLE-1's chain runs, EAGLE-3's chain under every policy in
+# tests/test_extension_points.py's every-pair test, and the shipped EAGLE-3 head's on the real
+# model in tests/test_shipped_heads.py)
 CASES = [pytest.param(dict(), id="eagle3-chain", marks=pytest.mark.long),
          pytest.param(dict(variant="eagle1"), id="eagle1-chain"),
          pytest.param(dict(tree="dynamic:width=2,nodes=6"), id="eagle3-dynamic"),

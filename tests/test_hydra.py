@@ -119,8 +119,9 @@ def test_prefix_cache_and_context_after_every_step(target, tree):
     assert steps >= 3
 
 
-# the fixed tree under -m long (the suite's time): tree sampling is checked for every tree
-# kind in tests/test_speculative.py, and Hydra's tree drafting by greedy identity here
+# the fixed tree under -m long (the suite's time): every multi-draft rule is checked by exact
+# enumeration (tests/test_tree.py::test_multi_draft_rule_exact_by_enumeration), sampled trees
+# in tests/test_speculative.py, and Hydra's tree drafting by greedy identity here
 @pytest.mark.parametrize("kw", [dict(k=2),
                                 pytest.param(dict(k=2, tree="fixed:0,1,0.0"),
                                              marks=pytest.mark.long),

@@ -617,6 +617,13 @@ def test_unknown_preset():
         load("no-such-preset")
 
 
+def test_unknown_random_preset_is_named():
+    with pytest.raises(CheckpointError, match=r"unknown preset 'nope' after 'random:'.*"
+                                              r"smollm2-135m"):
+        load("random:nope")
+
+
+@pytest.mark.long  # suite time: 23 s to draw 135M random weights
 def test_random_preset_model():
     import jax.numpy as jnp
 

@@ -98,7 +98,6 @@ def test_learns_across_requests_and_rows_end_mid_step(target, prompts, plain):
         assert r.tokens == [t[:n] for t in plain]
 
 
-@pytest.mark.long  # suite time (29 s): each source's own sampling test runs by default
 def test_sampling_matches_the_target_distribution():
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])

@@ -38,12 +38,11 @@ DRAFTERS = {
     "layer_skip": [dict(k=2), dict(k=5, skip_attn="1-2", skip_mlp="2")],
     "draft_model": [dict(k=8, layers=1), dict(k=3, layers=2)],
 }
-# the default run keeps the last option set of each drafter (budget mid-step, several layers);
-# the others run under -m long (the suite's time: each case compiles three batch sizes)
-# prompt lookup's greedy identity runs by default elsewhere (its adaptive pair in
-# tests/test_extension_points.py, the real model in tests/test_real_model.py, the mesh check)
-# suite time (2026-11-27): early exit's and layer skip's chains run under -m long too; their
-# trees run by default (tests/test_tree.py::test_greedy_tree_decoding_equals_plain), DEL's
+# the default run keeps the draft model's last option set (budget mid-step, several layers);
+# the others run under -m long (the suite's time: each case compiles three batch sizes).
+# Prompt lookup's greedy identity runs by default elsewhere (its adaptive pair in
+# tests/test_extension_points.py, the mesh check, the exact-numerics checks); early exit's and
+# layer skip's as trees (tests/test_tree.py::test_greedy_tree_decoding_equals_plain), DEL's
 # per-row exits in tests/test_dynamic_exit.py
 CASES = [pytest.param(name, kw, id=f"{name}-{kw}",
                       marks=() if i == len(kws) - 1 and name == "draft_model"
@@ -65,8 +64,8 @@ def test_greedy_equals_plain_decoding(target, name, kw, request):
             assert fw + acc == len(toks)  # every forward emits 1 + accepted tokens
 
 
-# suite time: EOS and a full cache are the loop's, not the drafter's: prompt lookup and a draft
-# model by default, the self-speculative drafters under -m long
+# suite time: EOS and a full cache are the loop's, not the drafter's: prompt lookup by default,
+# the draft model and the self-speculative drafters under -m long
 @pytest.mark.parametrize("name", [n if n == "prompt_lookup" else  # the engine's EOS/cache logic
                                   pytest.param(n, marks=pytest.mark.long)
                                   for n in sorted(DRAFTERS)])

@@ -185,8 +185,8 @@ def test_greedy_tree_verify_rule():
 
 # ----------------------------------------------------------------------------- greedy = plain
 
-BUILDERS = [  # the top-k tree runs under -m long (suite time: eagle and draft model cover
-    # top-k trees by default in tests/test_eagle.py and the cache invariant of test_speculative)
+BUILDERS = [  # the top-k tree runs under -m long (suite time: the draft model covers top-k
+    # trees by default in test_speculative's step-by-step cache check, draft_model-topk-noisy)
     pytest.param("early_exit", dict(k=3, exit_layer=2, tree="topk"), marks=pytest.mark.long),
     ("early_exit", dict(k=3, exit_layer=1, tree="dynamic")),
     # a fixed tree: by default in the sampling tests of test_speculative (exact law) and
