@@ -24,6 +24,7 @@ from specjax.buckets import (  # noqa: F401  (bucket_length re-exported)
 from specjax.distributed import to_host
 from specjax.loop import DecodeLoop, LoopState, prefill_jit, run_jit  # noqa: F401
 from specjax.models.llama import Llama
+from specjax.models.numerics import compiler_options
 from specjax.sampling import SamplingParams
 from specjax.errors import GenerationError
 from specjax.verifiers import SamplingArrays
@@ -109,7 +110,8 @@ class _Compiled:
                 self.evicted += 1
             jax.clear_caches()
         t0 = time.perf_counter()
-        compiled = fn.lower(loop, *args, **statics).compile()
+        compiled = fn.lower(loop, *args, **statics).compile(
+            compiler_options=compiler_options(loop.exact))
         dt = time.perf_counter() - t0
         self._cache[key] = compiled
         return compiled, dt
@@ -179,7 +181,7 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
         if verifier not in (None, "exact"):
             raise GenerationError(f"verifier {verifier!r} needs a drafter: plain decoding "
                                   "verifies nothing")
-        return DecodeLoop(graphdef=graphdef, greedy=greedy, eos_ids=eos_ids)
+        return DecodeLoop(graphdef=graphdef, greedy=greedy, eos_ids=eos_ids, exact=model.exact)
     policy = policy if policy is not None else FixedPolicy(int(drafter.max_k))
     if policy.max_k != drafter.max_k:
         raise DrafterError(f"policy {policy.name!r} drafts up to {policy.max_k} tokens but the "
@@ -195,7 +197,8 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
                           + ("" if chain else " drafting a tree"))
     verifier = verifiers.resolve(verifier, greedy, chain)
     return DecodeLoop(graphdef=graphdef, drafter=drafter, policy=policy, verifier=verifier,
-                      greedy=greedy, eos_ids=eos_ids, verify_buckets=_verify_bucket_mode())
+                      greedy=greedy, eos_ids=eos_ids, verify_buckets=_verify_bucket_mode(),
+                      exact=model.exact)
 
 
 def _verify_bucket_mode() -> str:

@@ -143,6 +143,10 @@ class DecodeLoop:
         longest draft; ``"max"``: one block of every node (one target forward compiled instead
         of several: faster compiles, slower steps when drafts are short; the test suite's
         setting, ``SPECJAX_VERIFY_BUCKETS``).
+      exact: the target runs exact numerics: the engine compiles the loop's programs with
+        :data:`specjax.models.numerics.EXACT_COMPILER_OPTIONS` (XLA keeps no float32
+        intermediates where the program rounds to bfloat16). ``prefill_jit`` and ``run_jit``
+        called directly compile without them (XLA's defaults).
     """
 
     graphdef: Any
@@ -154,6 +158,7 @@ class DecodeLoop:
     cache_sharding: Any = None
     idle_skip: bool = True
     verify_buckets: str = "all"
+    exact: bool = False
 
     @property
     def speculative(self) -> bool:

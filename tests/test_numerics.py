@@ -107,3 +107,50 @@ def test_probe_store_off_and_bad_mode(probe_store, monkeypatch):
     with pytest.raises(ValueError, match=r"\$SPECJAX_PROBE_CACHE='sometimes': must be one of "
                                          "auto, refresh, off"):
         _ask(numerics)
+
+
+# ----------------------------------------------------------------------------- compiler options
+
+
+def test_exact_programs_compile_without_excess_precision(monkeypatch):
+    """The engine compiles an exact loop's programs with EXACT_COMPILER_OPTIONS and a fast
+    loop's with XLA's defaults (an H100 kept bfloat16 intermediates in float32 inside fusions
+    that differ between a two-token block and one-token decoding: issue 22)."""
+    import jax.numpy as jnp
+
+    from specjax import engine
+    from specjax.config import tiny_config
+    from specjax.models import numerics
+    from specjax.models.loaders import random_model
+
+    seen = []
+
+    class Lowered:
+        def compile(self, compiler_options=None):
+            seen.append(compiler_options)
+            return lambda *a: None
+
+    class Fn:
+        def lower(self, loop, *args, **statics):
+            return Lowered()
+
+    model = random_model(tiny_config(vocab_size=64, num_layers=1), seed=0, dtype=jnp.bfloat16)
+    for mode in ("exact", "fast"):
+        model.set_numerics(mode)
+        loop = engine.make_loop(model)
+        assert loop.exact == (mode == "exact")
+        engine._Compiled().get(Fn(), loop, (jnp.zeros(3),), {})
+    assert seen == [{"xla_allow_excess_precision": False}, None]
+    assert numerics.compiler_options(True) == numerics.EXACT_COMPILER_OPTIONS
+
+
+def test_xla_accepts_the_exact_compiler_options():
+    """XLA refuses an option it does not know ("No such compile option"): a jaxlib that
+    renamed it fails here, not in a user's run."""
+    import jax
+    import jax.numpy as jnp
+
+    from specjax.models import numerics
+
+    f = jax.jit(lambda x: (x * 1.5 + 2).sum(), compiler_options=numerics.compiler_options(True))
+    assert float(f(jnp.ones(4, jnp.bfloat16))) == 14.0

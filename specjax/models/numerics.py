@@ -25,6 +25,14 @@ bits and, in bfloat16 or int8, now and then the argmax. ``exact`` numerics fix e
   decoded alone or verified in a block), and its last ``tail`` positions gathered in position
   order (a tree node's ancestors sit at scattered scratch slots, a decoded path at contiguous
   ones: gathered by rank both become the same list) and reduced by fixed element-wise trees.
+* **rounding** (:data:`EXACT_COMPILER_OPTIONS`): every element-wise result is rounded to the
+  compute dtype where the program says so. XLA may otherwise keep a bfloat16 intermediate in
+  float32 inside a fusion (``xla_allow_excess_precision``, on by default), and which values
+  stay wide depends on how the program was fused, which depends on its shapes: on an H100 a
+  bfloat16 verify block of two tokens at batch 1 differed from one-token decoding in every
+  layer's residual stream, keys and values (MLPs and attention alike) until the option was
+  off (2026-11-28; batch 3 and 8 happened to fuse alike). Exact programs are compiled with
+  it off, on every platform.
 
 What is by construction and what is measured: the trees, the int8 products and the gathered
 tail are order-fixed by construction; that a float product's row is the same in every row
@@ -48,6 +56,16 @@ import numpy as np
 from specjax import atomic
 
 NUMERICS = ("fast", "exact")
+
+# XLA options of every program that runs a model in exact numerics (see the module doc,
+# "rounding"): no float32 intermediates kept where the program rounds to bfloat16
+EXACT_COMPILER_OPTIONS = {"xla_allow_excess_precision": False}
+
+
+def compiler_options(exact: bool) -> dict | None:
+    """The ``compiler_options`` of a program that runs a model in ``exact`` (True) or
+    ``fast`` numerics (``jax.jit(..., compiler_options=)``, ``Lowered.compile(...)``)."""
+    return dict(EXACT_COMPILER_OPTIONS) if exact else None
 
 # positions at the end of every query's key list that exact attention reads by rank
 # (element-wise, in position order); trees deeper than this are still correct but lose the
