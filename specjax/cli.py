@@ -437,8 +437,11 @@ def build_parser() -> argparse.ArgumentParser:
     hc.add_argument("dst", help="output directory")
     hc.add_argument("--to", choices=("engine", "specjax"), default=None,
                     help="output format (default: the other one)")
-    hc.add_argument("--out-dtype", default="bfloat16", choices=("float32", "bfloat16"),
-                    help="tensor dtype written (default bfloat16)")
+    hc.add_argument("--out-dtype", default="bfloat16",
+                    choices=("float32", "bfloat16", "int8"),
+                    help="tensor dtype written (default bfloat16; int8: the large matrices as "
+                         "int8 rows with a float32 scale each, the rest bfloat16, specjax "
+                         "format only)")
     hc.set_defaults(fn=cmd_head_convert)
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
@@ -485,6 +488,9 @@ def cmd_head_convert(args) -> int:
         to = "specjax"
     else:
         to = args.to or ("specjax" if is_engine_layout(conf) else "engine")
+    if to == "engine" and args.out_dtype == "int8":
+        raise CLIError("--out-dtype int8 is specjax's own head format; the serving engines' "
+                       "EAGLE-3 layout takes float32 or bfloat16 (add --to specjax)")
     lm = _load(args)
     meta = {**(conf.get("meta") or {}), "converted_from": str(args.src)}
     if fmt in own:

@@ -238,3 +238,83 @@ def test_cli_head_convert_medusa_and_hydra_dtype(kind, tiny_gguf, tmp_path, caps
     assert main(["head", "convert", str(src), str(tmp_path / "eng"), "--model",
                  str(tiny_gguf), "--to", "engine"]) == 2
     assert "no serving-engine layout" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- int8 storage
+
+
+def test_int8_rows_are_within_half_a_step_and_small_tensors_stay_bfloat16():
+    from specjax.heads import files
+
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((3, 40, 600)).astype(np.float32) * np.linspace(0.01, 3, 40)[:, None]
+    w[1, 5] = 0.0  # an all-zero row
+    q, scale = files.quantize_rows(w)
+    assert q.dtype == np.int8 and scale.shape == (3, 40, 1) and scale[1, 5, 0] == 1.0
+    assert np.all(np.abs(q.astype(np.float32) * scale - w) <= scale / 2 + 1e-7)
+    t = files.storage_tensors({"big": w, "norm": np.ones(600, np.float32)}, "int8")
+    assert t["big"].dtype == np.int8 and str(t["norm"].dtype) == "bfloat16"
+    assert set(t) == {"big", "big" + files.INT8_SCALE, "norm"}
+    back = files.dequantize_tensors(t, "f")
+    np.testing.assert_allclose(back["big"], w, atol=float(scale.max()) / 2 + 1e-7)
+    with pytest.raises(CheckpointError, match="dtype must be one of"):
+        files.storage_tensors({"big": w}, "int4")
+
+
+def test_int8_files_with_a_broken_scale_are_refused():
+    from specjax.heads import files
+
+    q, s = files.quantize_rows(np.ones((4, 8), np.float32))
+    S = files.INT8_SCALE
+    cases = [({"w": q}, "has no scale"),
+             ({"w" + S: s}, "has no int8 tensor"),
+             ({"w": q, "w" + S: s[:2]}, "do not form int8 rows"),
+             ({"w": q, "w" + S: -s}, "do not form int8 rows"),
+             ({"w": q.astype(np.float32), "w" + S: s}, "do not form int8 rows")]
+    for tensors, msg in cases:
+        with pytest.raises(CheckpointError, match=msg) as e:
+            files.dequantize_tensors(tensors, "heads/model.safetensors")
+        assert "heads/model.safetensors" in str(e.value)
+
+
+def test_cli_head_convert_hydra_to_int8_decodes_exactly(tiny_gguf, tmp_path, capsys,
+                                                         monkeypatch):
+    """``--out-dtype int8``: a Hydra head rewritten as int8 rows loads (every row within half
+    a quantization step), is smaller than bfloat16, and drafts for greedy decoding that equals
+    plain decoding; the engine layout refuses int8."""
+    from specjax.cli import main
+    from specjax.heads import files, hydra
+    from specjax.models.loaders import load
+
+    monkeypatch.setattr(files, "INT8_MIN_SIZE", 256)  # the tiny head's matrices are small
+    lm = load(str(tiny_gguf))
+    ids = np.arange(30) * 2
+    cfg = hydra.HydraHeadConfig.for_target(lm.model.cfg, 2, 30)
+    _, state = hydra.init_hydra_heads(cfg, lm.model, ids, seed=1)
+    src = hydra.save_hydra_heads(tmp_path / "src", cfg, state, ids, tokenizer=lm.tokenizer)
+    for dt in ("bfloat16", "int8"):
+        assert main(["head", "convert", str(src), str(tmp_path / dt), "--model",
+                     str(tiny_gguf), "--to", "specjax", "--out-dtype", dt]) == 0
+    assert "int8" in capsys.readouterr().out
+    raw = load_file(str(tmp_path / "int8" / "model.safetensors"))
+    assert any(v.dtype == np.int8 for v in raw.values())
+    conf = json.loads((tmp_path / "int8" / "config.json").read_text())
+    assert conf["meta"]["storage_dtype"] == "int8"
+    assert (tmp_path / "int8" / "model.safetensors").stat().st_size < \
+        0.75 * (tmp_path / "bfloat16" / "model.safetensors").stat().st_size
+    cfg2, _, s2, ids2, _ = hydra.load_hydra_heads(tmp_path / "int8", lm.model, lm.tokenizer)
+    assert cfg2 == cfg and np.array_equal(ids2, ids)
+    w = _weights(state)
+    for k, v in _weights(s2).items():
+        step = np.max(np.abs(w[k]), axis=-1, keepdims=True) / 127 if w[k].ndim >= 2 else 0
+        np.testing.assert_allclose(v, w[k], rtol=1e-2, atol=float(np.max(step)) / 2 + 1e-3)
+    d = drafters.make("hydra", lm.model, k=2, head=str(tmp_path / "int8"))
+    prompts = [[t % lm.model.cfg.vocab_size for t in p] for p in mixed_prompts(2, seed=3)]
+    assert generate(lm.model, prompts, max_new_tokens=6, drafter=d, batch_size=2).tokens == \
+        generate(lm.model, prompts, max_new_tokens=6, batch_size=2).tokens
+    ecfg = EagleHeadConfig.for_target(lm.model.cfg, "eagle3", draft_vocab=30)
+    _, estate, eids = init_head(ecfg, lm.model, ids, seed=1)
+    esrc = save_eagle_head(tmp_path / "eagle", ecfg, estate, eids, tokenizer=lm.tokenizer)
+    assert main(["head", "convert", str(esrc), str(tmp_path / "eng"), "--model",
+                 str(tiny_gguf), "--out-dtype", "int8"]) == 2
+    assert "--out-dtype int8 is specjax's own head format" in capsys.readouterr().err

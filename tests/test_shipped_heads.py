@@ -1,6 +1,6 @@
 """Heads installed with the package: the default head of a drafter is the shipped one whose
 target matches (shapes and tokenizer), head=random opts out, other targets get untrained
-heads; the shipped files stay under 75 MB together, each ships for SmolLM2, and each decodes
+heads; the shipped files stay under 60 MB together (issue 21), each ships for SmolLM2, and each decodes
 exactly on the real model (EAGLE-3 in the default run, Medusa-1 and Hydra++ under `long`: their
 chains are checked against plain decoding on tiny models in test_medusa.py and test_hydra.py)."""
 
@@ -36,11 +36,12 @@ def test_default_head_is_the_matching_shipped_one(tiny_gguf, tmp_path, monkeypat
     assert drafters.make("eagle", lm).description.startswith("untrained")
 
 
-def test_shipped_heads_stay_under_75_mb():
-    # the wheel carries them: EAGLE-3 19 MB, Hydra++ 39 MB, Medusa-1 11 MB (bfloat16)
+def test_shipped_heads_stay_under_60_mb():
+    # the wheel carries them: EAGLE-3 19.7 MB and Medusa-1 11.5 MB (bfloat16), Hydra++ 20.4 MB
+    # (int8 rows since 2026-11-28; 40.5 MB in bfloat16)
     total = sum(f.stat().st_size for f in shipped.ROOT.rglob("*") if f.is_file()) \
         if shipped.ROOT.is_dir() else 0
-    assert total < 75 * 2 ** 20, f"shipped heads take {total / 2 ** 20:.1f} MB"
+    assert total < 60 * 10 ** 6, f"shipped heads take {total / 10 ** 6:.1f} MB"
 
 
 @pytest.mark.real_model

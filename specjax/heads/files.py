@@ -16,6 +16,14 @@ from specjax.errors import CheckpointError
 from specjax.tokenizer import tokenizer_sha256
 
 
+# tensors written as int8 rows with a float32 scale each (``save_head_dir(dtype="int8")``):
+# the scale of tensor NAME is stored as NAME + INT8_SCALE, shape ``NAME.shape[:-1] + (1,)``
+INT8_SCALE = ".int8_scale"
+# below this many elements a tensor (norm weights, biases) stays bfloat16 in an int8 file
+INT8_MIN_SIZE = 1 << 16
+STORAGE_DTYPES = ("float32", "bfloat16", "float16", "int8")
+
+
 def np_dtype(name: str):
     """``float32`` | ``bfloat16`` | ``float16`` -> a numpy dtype (bfloat16 via ml_dtypes)."""
     if name not in ("float32", "bfloat16", "float16"):
@@ -32,23 +40,81 @@ def flat_params(state) -> dict[str, np.ndarray]:
             for k, leaf in nnx.to_flat_state(state)}
 
 
+def quantize_rows(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric int8 per row of the last axis (the head files keep weights as ``[..., out,
+    in]``: one scale per output row): ``(q int8, scale float32 [..., 1])``, ``q * scale``
+    within half a step of ``w``. An all-zero row gets scale 1."""
+    w = np.asarray(w, np.float32)
+    amax = np.max(np.abs(w), axis=-1, keepdims=True)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32)
+    q = np.clip(np.rint(w / scale), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def storage_tensors(params: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The tensors a head file holds for ``dtype``: every parameter in that dtype, or for
+    ``"int8"`` the matrices of at least :data:`INT8_MIN_SIZE` elements as int8 rows with
+    their scales (``NAME + INT8_SCALE``) and the rest in bfloat16 (a quarter of float32's
+    bytes, half of bfloat16's; the drafter's proposals change a little, never its
+    exactness: the target verifies every token)."""
+    if dtype not in STORAGE_DTYPES:
+        raise CheckpointError(f"dtype must be one of {', '.join(STORAGE_DTYPES)}, got "
+                              f"{dtype!r}")
+    if dtype != "int8":
+        dt = np_dtype(dtype)
+        return {k: v.astype(dt) for k, v in params.items()}
+    out = {}
+    for k, v in params.items():
+        if v.ndim >= 2 and v.size >= INT8_MIN_SIZE:
+            out[k], out[k + INT8_SCALE] = quantize_rows(v)
+        else:
+            out[k] = v.astype(np_dtype("bfloat16"))
+    return out
+
+
+def dequantize_tensors(tensors: dict, weights_f) -> dict:
+    """``tensors`` with every int8 tensor and its scale replaced by ``q * scale`` (float32);
+    an int8 tensor without its scale, a scale without its tensor or of the wrong shape is an
+    error naming the file and the tensor."""
+    out = dict(tensors)
+    for name in [k for k in tensors if k.endswith(INT8_SCALE)]:
+        base = name[:-len(INT8_SCALE)]
+        q, scale = out.pop(base, None), np.asarray(out.pop(name), np.float32)
+        if q is None:
+            raise CheckpointError(f"{weights_f}: scale {name} has no int8 tensor {base}")
+        q = np.asarray(q)
+        if q.dtype != np.int8 or scale.shape != q.shape[:-1] + (1,) or \
+                not np.all(np.isfinite(scale)) or np.any(scale <= 0):
+            raise CheckpointError(f"{weights_f}: tensor {base} ({q.dtype}, {q.shape}) and its "
+                                  f"scale ({scale.shape}) do not form int8 rows: the scale "
+                                  f"must be positive, finite and of shape "
+                                  f"{q.shape[:-1] + (1,)}")
+        out[base] = q.astype(np.float32) * scale
+    left = [k for k, v in out.items() if np.asarray(v).dtype == np.int8]
+    if left:
+        raise CheckpointError(f"{weights_f}: int8 tensor {left[0]} has no scale "
+                              f"({left[0]}{INT8_SCALE})")
+    return out
+
+
 def save_head_dir(path: str | Path, fmt: str, key: str, cfg, state, draft_ids, *,
                   tokenizer=None, meta: dict | None = None, dtype: str = "float32") -> Path:
     """Writes ``path/config.json`` and ``path/model.safetensors``; ``cfg`` has ``to_dict``,
-    ``target_layers``, ``hidden_size`` and ``vocab_size``."""
+    ``target_layers``, ``hidden_size`` and ``vocab_size``. ``dtype``: one of
+    :data:`STORAGE_DTYPES` (``"int8"``: :func:`storage_tensors`); loading always gives
+    float32."""
     from safetensors.numpy import save_file
 
-    dt = np_dtype(dtype)
+    tensors = storage_tensors(flat_params(state), dtype)
     p = Path(path)
     p.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.astype(dt) for k, v in flat_params(state).items()}
     tensors["draft_ids"] = np.asarray(draft_ids, np.int32)
     save_file(tensors, str(p / "model.safetensors"))
     conf = {"format": fmt, key: cfg.to_dict(),
             "target": {"num_layers": cfg.target_layers, "hidden_size": cfg.hidden_size,
                        "vocab_size": cfg.vocab_size,
                        "tokenizer_sha256": tokenizer_sha256(tokenizer) if tokenizer else None},
-            "meta": meta or {}}
+            "meta": {**(meta or {}), "storage_dtype": dtype}}
     (p / "config.json").write_text(json.dumps(conf, indent=2, default=str))
     return p
 
@@ -97,6 +163,7 @@ def read_tensors(path: str | Path, draft_vocab: int, vocab_size: int):
     except (SafetensorError, OSError, ValueError) as e:
         raise CheckpointError(f"{weights_f}: unreadable or truncated safetensors file: "
                               f"{e}") from None
+    tensors = dequantize_tensors(tensors, weights_f)
     ids = tensors.pop("draft_ids", None)
     if ids is None:
         raise CheckpointError(f"{weights_f}: has no 'draft_ids' tensor (the draft vocabulary "
