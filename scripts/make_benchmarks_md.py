@@ -517,6 +517,9 @@ def main():
                                                     "built-in prompts, batch 4"),
                         ("bench_policies_eagle_sdpp", "SpecDec++ against fixed k = 1 after "
                                                       "its stop rule's fix, batch 1"),
+                        ("bench_hydra_int8", "The Hydra++ head stored as int8 rows (shipped "
+                                             "2026-11-28) against its bfloat16 file, "
+                                             "Spec-Bench, 1 question per category"),
                         ("bench_spec_bench_heads_mh", "Medusa-1 and Hydra++ heads on Spec-Bench "
                                                       "(10 questions per category, 128 tokens; "
                                                       "trained on an H200, shipped 2026-11-26)"),

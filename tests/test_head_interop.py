@@ -277,11 +277,11 @@ def test_int8_files_with_a_broken_scale_are_refused():
         assert "heads/model.safetensors" in str(e.value)
 
 
-def test_cli_head_convert_hydra_to_int8_decodes_exactly(tiny_gguf, tmp_path, capsys,
+def test_cli_head_convert_hydra_to_int8(tiny_gguf, tmp_path, capsys,
                                                          monkeypatch):
     """``--out-dtype int8``: a Hydra head rewritten as int8 rows loads (every row within half
-    a quantization step), is smaller than bfloat16, and drafts for greedy decoding that equals
-    plain decoding; the engine layout refuses int8."""
+    a quantization step), is smaller than bfloat16 and builds a drafter; the engine layout
+    refuses int8."""
     from specjax.cli import main
     from specjax.heads import files, hydra
     from specjax.models.loaders import load
@@ -308,10 +308,11 @@ def test_cli_head_convert_hydra_to_int8_decodes_exactly(tiny_gguf, tmp_path, cap
     for k, v in _weights(s2).items():
         step = np.max(np.abs(w[k]), axis=-1, keepdims=True) / 127 if w[k].ndim >= 2 else 0
         np.testing.assert_allclose(v, w[k], rtol=1e-2, atol=float(np.max(step)) / 2 + 1e-3)
-    d = drafters.make("hydra", lm.model, k=2, head=str(tmp_path / "int8"))
-    prompts = [[t % lm.model.cfg.vocab_size for t in p] for p in mixed_prompts(2, seed=3)]
-    assert generate(lm.model, prompts, max_new_tokens=6, drafter=d, batch_size=2).tokens == \
-        generate(lm.model, prompts, max_new_tokens=6, batch_size=2).tokens
+    # the drafter takes it as any head file (what it drafts is verified like any draft:
+    # Hydra's identity with plain decoding is test_hydra.py's, the shipped int8 head's on
+    # SmolLM2 test_shipped_heads.py's)
+    assert "hydra" in drafters.make("hydra", lm.model, k=2,
+                                    head=str(tmp_path / "int8")).description
     ecfg = EagleHeadConfig.for_target(lm.model.cfg, "eagle3", draft_vocab=30)
     _, estate, eids = init_head(ecfg, lm.model, ids, seed=1)
     esrc = save_eagle_head(tmp_path / "eagle", ecfg, estate, eids, tokenizer=lm.tokenizer)
