@@ -110,8 +110,9 @@ class _Compiled:
                 self.evicted += 1
             jax.clear_caches()
         t0 = time.perf_counter()
-        compiled = fn.lower(loop, *args, **statics).compile(
-            compiler_options=compiler_options(loop.exact))
+        lowered = fn.lower(loop, *args, **statics)
+        opts = compiler_options(getattr(loop, "exact", False))
+        compiled = lowered.compile(compiler_options=opts) if opts else lowered.compile()
         dt = time.perf_counter() - t0
         self._cache[key] = compiled
         return compiled, dt
