@@ -17,6 +17,12 @@
 #   bash scripts/gpu_train_eagle3.sh magpie OUT  # or: chat prompts written by the target,
 #                                                # a second corpus of their answers, and the
 #                                                # EAGLE-3 head trained on both corpora
+#   bash scripts/gpu_train_eagle3.sh revocab OUT # or: the Magpie corpus answered again from
+#                                                # the committed prompt file (.gpc/prompts_magpie.jsonl),
+#                                                # and the head moved onto a larger draft
+#                                                # vocabulary (configs/train/eagle3_smollm2_gpu6.py)
+#                                                # trained on both corpora; with NUMERICS_BG
+#                                                # set, issue 22's GPU cases run beside it
 #
 # (`stash OUT` copies a further piece from .gpb, for a tree too large for two calls.)
 #
@@ -81,7 +87,7 @@ train_eagle3() {  # RUN INIT DATA TRAIN_S TIME_LIMIT_MIN TIMEOUT_S: the EAGLE-3 
   echo "training $run from $init on $data, total_steps=$steps"
   t0=$(date +%s)
   timeout -k 20 $tmo $py -P -m specjax.cli train eagle3 \
-    --config configs/train/eagle3_smollm2_gpu.py --set total_steps=$steps --data $data \
+    --config ${TRAIN_CONFIG:-configs/train/eagle3_smollm2_gpu.py} --set total_steps=$steps --data $data \
     --out-dir $run --init-from $init --time-limit $limit ${TRAIN_EXTRA:-} --quiet \
     > "$out/train.json" 2> "$out/train.log"
   echo "train: rc $? after $(( $(date +%s) - t0 )) s"
@@ -183,6 +189,44 @@ magpie)
   tar cf - --transform "s,^${corpus2#/},data/corpus_magpie," --transform "s,^${prompts#/},data/prompts_magpie.jsonl," \
     $corpus2 $prompts $prompts.meta.json $run/head_bf16 $run/metrics.jsonl $run/curves.png 2>/dev/null \
     | gzip -1 | split -b 15000000 - "$out/pack.part-"
+  ls -l "$out"
+  ;;
+revocab)
+  # The Magpie corpus answered again from the committed prompts (CORPUS2_S seconds), then the
+  # head in .gpa/init_head.tgz moved onto the draft vocabulary of TRAIN_CONFIG (default
+  # configs/train/eagle3_smollm2_gpu6.py: 24,576 tokens re-chosen from both corpora) and
+  # trained on both for TRAIN_S seconds (a step at batch 32 x 640 with 24,576 draft tokens:
+  # STEP_S, default 0.13 s); converted to int8 rows (the shipped form), packed with the new
+  # corpus and metrics. NUMERICS_BG (an extended regex of tests/numerics_checks.py case ids)
+  # runs those cases meanwhile, CASE_JOBS at once (the host's cores are idle while the GPU
+  # decodes and trains), their table and logs in OUT/logs.tgz.
+  prepare
+  if [ -n "${NUMERICS_BG:-}" ]; then
+    (NUMERICS_ONLY="$NUMERICS_BG" CASE_JOBS=${CASE_JOBS:-3} CASE_TIMEOUT=${CASE_TIMEOUT:-300} \
+      timeout -k 5 ${NUM_S:-400} bash scripts/gpu_checks.sh "$out/num" env,numerics_cases \
+      > "$out/num.log" 2>&1) &
+    bg=$!
+  fi
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.6  # room for the cases beside it
+  prompts=$parts/prompts_magpie.jsonl; corpus2=/root/corpus_magpie
+  t0=$(date +%s)
+  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS2_S:-130} + 50 )) $py -P -m specjax.cli train data \
+    --out $corpus2 --prompts-file $prompts --num-prompts 8192 \
+    --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-256} --shard-size 256 \
+    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
+    --time-limit $($py -c "print(${CORPUS2_S:-130} / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
+  echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s; $(ls $corpus2/shard-* | wc -l) shards"
+  tail -3 "$out/corpus2.log"
+  run=${RUN_DIR:-runs/eagle3_smollm2_gpu6}
+  TRAIN_CONFIG=${TRAIN_CONFIG:-configs/train/eagle3_smollm2_gpu6.py} STEP_S=${STEP_S:-0.13} \
+    train_eagle3 $run ${INIT_FROM:-$parts/init_head} $corpus,$corpus2 ${TRAIN_S:-240} \
+    $($py -c "print(round(${TRAIN_S:-240} / 60 + 0.5, 2))") $(( ${TRAIN_S:-240} + 100 ))
+  $py -P -m specjax.cli head convert $run/head $run/head_int8 --to specjax --out-dtype int8 \
+    2>&1 | tail -1
+  [ -n "${NUMERICS_BG:-}" ] && wait $bg
+  tar cf - --transform "s,^${corpus2#/},data/corpus_magpie," $corpus2 $run/head_int8 \
+    $run/metrics.jsonl $run/curves.png 2>/dev/null | gzip -1 | split -b 15000000 - "$out/pack.part-"
+  (cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -v -e '^pack.part-' -e '^logs.tgz$'))
   ls -l "$out"
   ;;
 *)

@@ -489,7 +489,14 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_heads_gpu5_specbench", "EAGLE-3 heads for SmolLM2: g3 (shipped "
+    for name, title in (("bench_eagle_w8a8_builtin", "EAGLE-3 heads: int8 products "
+                                                     "(quantize=w8a8), built-in prompts, "
+                                                     "batch 1, 3 repeats"),
+                        ("bench_heads_gpu6_int8_specbench", "EAGLE-3 heads: int8 products "
+                                                            "(quantize=w8a8) and a 24,576-token "
+                                                            "vocabulary (g6), Spec-Bench, 1 "
+                                                            "question per category"),
+                        ("bench_heads_gpu5_specbench", "EAGLE-3 heads for SmolLM2: g3 (shipped "
                                                        "until 2026-11-27), g4 and g5 (trained on "
                                                        "the Magpie corpus too; g5 shipped), "
                                                        "Spec-Bench, 1 question per category"),

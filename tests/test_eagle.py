@@ -59,6 +59,27 @@ def test_eagle_is_greedy_identical(target, prompts, plain, kw):
     assert r8.tokens == plain and sum(r8.extra["drafted"]) > 0
 
 
+def test_w8a8_head_drafts_with_int8_matrices_and_stays_exact(target, prompts, plain):
+    """quantize=w8a8: all six matrices int8 with row scales, logits close to the float
+    head's (not equal: the products really run in int8), outputs still plain decoding's."""
+    d = drafters.make("eagle", target, k=3, draft_vocab=48, quantize="w8a8")
+    f = drafters.make("eagle", target, k=3, draft_vocab=48, quantize="none")
+    assert sum(x.dtype == jnp.int8 for x in jax.tree.leaves(d.params()["head"])) == 6
+    assert not any(x.dtype == jnp.int8 for x in jax.tree.leaves(f.params()["head"]))
+    auto = drafters.make("eagle", target, k=3, draft_vocab=48)  # auto: w8a8 on a CPU only
+    assert ("w8a8" in auto.description) == (jax.default_backend() == "cpu")
+    assert "w8a8" in d.description
+    r = generate(target, prompts[:3], max_new_tokens=9, drafter=d, batch_size=3)
+    assert r.tokens == plain[:3] and sum(r.extra["drafted"]) > 0
+    hq = nnx.merge(d.graphdef, d.params()["head"])
+    hf = nnx.merge(f.graphdef, f.params()["head"])
+    x = jax.random.normal(jax.random.key(0), (2, hf.cfg.hidden_size))
+    lq, lf = np.asarray(hq.logits(x)), np.asarray(hf.logits(x))
+    assert 0 < np.max(np.abs(lq - lf)) < 0.05 * np.max(np.abs(lf))
+    with pytest.raises(DrafterError, match="quantize"):
+        drafters.make("eagle", target, quantize="int4")
+
+
 def test_default_feature_layers():
     assert default_feature_layers(30) == (1, 14, 26)  # the inputs of layers 2, L/2, L - 3
     assert default_feature_layers(4) == (0, 2, 3)
@@ -149,7 +170,7 @@ def test_head_files_round_trip_and_errors(target, prompts, plain, tmp_path):
     ids = np.random.default_rng(0).permutation(64)[:40]
     graphdef, state, draft_ids = init_head(cfg, target, ids, seed=3)
     path = save_eagle_head(tmp_path / "head", cfg, state, draft_ids, meta={"step": 7})
-    d = drafters.make("eagle", target, k=3, head=str(path))
+    d = drafters.make("eagle", target, k=3, head=str(path), quantize="none")
     assert d.description.endswith("(step 7)")
     assert np.array_equal(np.asarray(d.params()["draft_ids"]), ids)
     saved = dict(nnx.to_flat_state(state))

@@ -493,3 +493,45 @@ def test_init_from_starts_a_run_from_a_trained_head(corpus_dir, lm, tmp_path):
     with pytest.raises(ConfigError, match="cannot start from a trained head"):
         fit(small_config(corpus_dir, tmp_path / "c", init_from=str(head_a)), lm=lm,
             progress=False)
+
+
+def test_revocab_moves_a_trained_head_onto_the_corpus_vocabulary(corpus_dir, lm, tmp_path):
+    """revocab=true: the run's own draft vocabulary (of another size, from another corpus)
+    replaces the head's; every parameter but the LM head carries over, a token in both
+    vocabularies keeps its trained row, a new token gets the target's output row."""
+    from specjax.heads.io import load_eagle_head
+
+    a = fit(small_config(corpus_dir, tmp_path / "a", task="eagle3",
+                         task_args={"ttt_steps": 1, "draft_vocab": 16}, total_steps=2),
+            lm=lm, progress=False)
+    _, _, state_a, ids_a, _ = load_eagle_head(a["head"], lm.model)
+    other = write_corpus(tmp_path / "other", [
+        {**r, "tokens": [(t * 7 + 3) % VOCAB for t in r["tokens"]]}
+        for r in counting_records(40, seed=9, min_len=3, max_len=5)])
+    args = {"ttt_steps": 1, "draft_vocab": 24, "corpus": str(other), "revocab": True}
+    task = TASKS.build("eagle3", args, lm)
+    warm = task.warm_start(a["head"])
+    new_ids = np.asarray(warm.frozen()["draft_ids"])
+    np.testing.assert_array_equal(new_ids, np.asarray(task.frozen()["draft_ids"]))
+    assert len(new_ids) == 24 and "re-chosen" in warm.start_note
+    shared = np.isin(new_ids, ids_a)
+    assert shared.any() and not shared.all()  # the test sees both kinds of row
+    head = warm.init_params(None)["head"]
+    old = dict(jax.tree_util.tree_leaves_with_path(state_a))
+    for path, x in jax.tree_util.tree_leaves_with_path(head):
+        if "lm_head" not in jax.tree_util.keystr(path):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(old[path]))
+    rows = np.asarray(head["lm_head"][...])
+    old_rows = np.asarray(state_a["lm_head"][...])
+    where = {int(t): i for i, t in enumerate(ids_a)}
+    out = np.asarray(lm.model.embed[...] if lm.model.lm_head is None else lm.model.lm_head[...])
+    for j, t in enumerate(new_ids):
+        want = old_rows[where[int(t)]] if int(t) in where else out[t]
+        np.testing.assert_array_equal(rows[j], want.astype(np.float32))
+    # the run trains and saves a head of the new vocabulary
+    b = fit(small_config(other, tmp_path / "b", task="eagle3", task_args=args, total_steps=2,
+                         init_from=a["head"]), lm=lm, progress=False)
+    _, _, _, ids_b, _ = load_eagle_head(b["head"], lm.model)
+    np.testing.assert_array_equal(ids_b, new_ids)
+    with pytest.raises(ConfigError, match="revocab"):
+        TASKS.build("eagle3", {**args, "revocab": "maybe"}, lm)

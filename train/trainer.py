@@ -210,7 +210,8 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
             raise ConfigError(f"task {config.task!r} cannot start from a trained head "
                               "(init_from): it has no warm_start()")
         task = warm(config.init_from)
-        say(f"starting from the head in {config.init_from}")
+        note = getattr(task, "start_note", "")
+        say(f"starting from the head in {config.init_from}" + (f": {note}" if note else ""))
 
     root = jax.random.key(config.seed)
     train_key = jax.random.fold_in(root, _TRAIN_STREAM)

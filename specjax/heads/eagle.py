@@ -32,7 +32,7 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.errors import DrafterError
 from specjax.heads._attn import cached_attention
-from specjax.models.llama import apply_rope, linear, rms_norm, rope_inv_freq
+from specjax.models.llama import apply_rope, linear, quantize_rows, rms_norm, rope_inv_freq
 
 VARIANTS = ("eagle1", "eagle3")
 
@@ -122,6 +122,22 @@ def default_feature_layers(num_layers: int) -> tuple[int, ...]:
     return tuple(int(round(x)) for x in np.linspace(0, L - 1, 3))
 
 
+# the head's matrices (``[out, in]``, products through :func:`linear`)
+MATRICES = ("fc", "wqkv", "wo", "w_gate_up", "w_down", "lm_head")
+
+
+def quantize_head(graphdef, state) -> tuple:
+    """The head with every matrix as int8 rows and a float32 scale per row (w8a8 products,
+    as :mod:`specjax.models.quant` does for the target): ``(graphdef, state)``. For drafting
+    only; the verifier keeps the output exact whatever the drafts are."""
+    head = nnx.merge(graphdef, state)
+    for name in MATRICES:
+        vals, scale = quantize_rows(getattr(head, name)[...])
+        setattr(head, name, nnx.Param(vals))
+        setattr(head, name + "_scale", nnx.Param(scale[:, 0]))
+    return nnx.split(head)
+
+
 class EagleHead(nnx.Module):
     """The trainable head. Call :meth:`fuse` on raw target features, then :meth:`__call__`."""
 
@@ -148,6 +164,14 @@ class EagleHead(nnx.Module):
         self.w_down = nnx.Param(init(rngs.params(), (h, f), param_dtype))
         self.final_norm = nnx.Param(jnp.ones((h,), param_dtype))
         self.lm_head = nnx.Param(init(rngs.params(), (cfg.draft_vocab, h), param_dtype))
+        # per-row scales of int8 matrices (quantize_head); None: float matrices
+        for name in MATRICES:
+            setattr(self, name + "_scale", nnx.data(None))
+
+    def _w(self, name: str):
+        """``(matrix, its int8 row scales or None)`` for :func:`linear`."""
+        scale = getattr(self, name + "_scale", None)
+        return getattr(self, name)[...], None if scale is None else scale[...]
 
     def init_cache(self, batch: int, max_len: int) -> KVCache:
         c = self.cfg
@@ -157,7 +181,8 @@ class EagleHead(nnx.Module):
         """Raw target features ``[..., feature_width]`` -> the head's feature ``[..., h]``
         (EAGLE-3: the ``fc`` fusion of three layers; EAGLE-1: as is)."""
         if self.cfg.variant == "eagle3":
-            return linear(raw, self.fc[...], jnp.float32)
+            w, sc = self._w("fc")
+            return linear(raw, w, jnp.float32, scale=sc)
         return raw.astype(jnp.float32)
 
     def qkv(self, tokens_emb: jax.Array, feats: jax.Array, positions: jax.Array):
@@ -172,10 +197,12 @@ class EagleHead(nnx.Module):
                                     rms_norm(feats, self.hid_norm[...], c.rms_norm_eps)], -1)
             resid = feats
         else:
-            resid = linear(jnp.concatenate([tokens_emb, feats], -1), self.fc[...], dt)
+            w, sc = self._w("fc")
+            resid = linear(jnp.concatenate([tokens_emb, feats], -1), w, dt, scale=sc)
             x_in = rms_norm(resid, self.attn_norm[...], c.rms_norm_eps)
         inv_freq = rope_inv_freq(hd, c.rope_theta, None)
-        qkv = linear(x_in, self.wqkv[...], dt)
+        w, sc = self._w("wqkv")
+        qkv = linear(x_in, w, dt, scale=sc)
         q, k, v = jnp.split(qkv, [nh * hd, (nh + kvh) * hd], axis=-1)
         q = apply_rope(q.reshape(B, T, nh, hd), positions, inv_freq)
         k = apply_rope(k.reshape(B, T, kvh, hd), positions, inv_freq)
@@ -186,10 +213,13 @@ class EagleHead(nnx.Module):
         ``(logits[B, T, draft_vocab] | None, hidden[B, T, h])``."""
         c = self.cfg
         dt = jnp.float32
-        x = resid + linear(att, self.wo[...], dt)
-        gate, up = jnp.split(linear(rms_norm(x, self.mlp_norm[...], c.rms_norm_eps),
-                                    self.w_gate_up[...], dt), 2, axis=-1)
-        x = x + linear(jax.nn.silu(gate) * up, self.w_down[...], dt)
+        w, sc = self._w("wo")
+        x = resid + linear(att, w, dt, scale=sc)
+        w, sc = self._w("w_gate_up")
+        gate, up = jnp.split(linear(rms_norm(x, self.mlp_norm[...], c.rms_norm_eps), w, dt,
+                                    scale=sc), 2, axis=-1)
+        w, sc = self._w("w_down")
+        x = x + linear(jax.nn.silu(gate) * up, w, dt, scale=sc)
         if not compute_logits:
             return None, x
         return self.logits(x), x
@@ -199,7 +229,8 @@ class EagleHead(nnx.Module):
         (the final norm of EAGLE-3, then the LM head)."""
         c = self.cfg
         hn = rms_norm(x, self.final_norm[...], c.rms_norm_eps) if c.variant == "eagle3" else x
-        return linear(hn, self.lm_head[...], jnp.float32)
+        w, sc = self._w("lm_head")
+        return linear(hn, w, jnp.float32, scale=sc)
 
     def __call__(self, tokens_emb: jax.Array, feats: jax.Array, positions: jax.Array,
                  cache: KVCache, *, attn_mask: jax.Array | None = None, write_offset: int = 0,

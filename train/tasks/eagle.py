@@ -54,8 +54,14 @@ class EagleTaskConfig:
     prompt_weight: float = dataclasses.field(default=0.0, metadata={
         "help": "loss weight of prompt positions (the target's law over the prompt text is a "
                 "teacher signal too, computed by the same forward); 0: answer tokens only"})
+    revocab: bool = dataclasses.field(default=False, metadata={
+        "help": "with init_from: re-choose the draft vocabulary from this run's corpus at "
+                "draft_vocab tokens instead of keeping the head's; the LM-head rows of tokens "
+                "in both carry over, new tokens start from the target's output rows"})
 
     def __post_init__(self):
+        if not isinstance(self.revocab, bool):
+            raise ConfigError(f"revocab must be true or false, got {self.revocab!r}")
         if not isinstance(self.ttt_steps, int) or self.ttt_steps < 1:
             raise ConfigError(f"ttt_steps (unrolled steps) must be an integer >= 1, got "
                               f"{self.ttt_steps!r}")
@@ -133,6 +139,7 @@ class EagleTask:
     _draft_ids: object = dataclasses.field(compare=False, hash=False, repr=False)
     _init_state: object = dataclasses.field(compare=False, hash=False, repr=False)
     _tokenizer: object = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+    start_note: str = dataclasses.field(default="", compare=False)
 
     def init_params(self, rng):
         return {"head": self._init_state}
@@ -193,7 +200,9 @@ class EagleTask:
 
     def warm_start(self, path) -> "EagleTask":
         """This task starting from the trained head in ``path``: its parameters (as float32)
-        and its draft vocabulary replace the fresh ones.
+        and its draft vocabulary replace the fresh ones. With ``revocab`` the task keeps its
+        own draft vocabulary (chosen from its corpus) and the head's LM head is carried over
+        onto it (:func:`carry_lm_head`).
 
         Raises:
           ConfigError: a head of another variant or shape than this task trains.
@@ -208,12 +217,43 @@ class EagleTask:
             raise ConfigError(f"{path}: a head with other {', '.join(diff)} than the "
                               f"{self.name} task trains; it cannot start this run")
         state = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), state)
+        if self.cfg.revocab:
+            new_ids = np.asarray(self._draft_ids, np.int32)
+            state = carry_lm_head(nnx.merge(graphdef, state), np.asarray(ids), new_ids,
+                                  target, self.head_graphdef, self._init_state)
+            kept = int(np.isin(new_ids, ids).sum())
+            return dataclasses.replace(self, _init_state=state, start_note=(
+                f"draft vocabulary re-chosen from the corpus (revocab): {len(new_ids)} tokens, "
+                f"{kept} of the head's {len(ids)} kept, {len(new_ids) - kept} new"))
         return dataclasses.replace(self, head_cfg=cfg, head_graphdef=graphdef,
-                                   _init_state=state, _draft_ids=np.asarray(ids, np.int32))
+                                   _init_state=state, _draft_ids=np.asarray(ids, np.int32),
+                                   start_note=f"its draft vocabulary of {len(ids)} tokens "
+                                              f"(revocab=true re-chooses it)")
 
     def save_head(self, params, path, meta):
         return save_eagle_head(path, self.head_cfg, params["head"], self._draft_ids,
                                tokenizer=self._tokenizer, meta=meta)
+
+
+def carry_lm_head(old_head, old_ids, new_ids, target, new_graphdef, new_state):
+    """The trained head ``old_head`` (draft vocabulary ``old_ids``) moved onto the draft
+    vocabulary ``new_ids``: every parameter but the LM head as it was; the LM-head row of a
+    token in both vocabularies is its trained row, a new token's row the target's output row
+    (as :func:`specjax.heads.eagle.init_head` starts them). ``new_graphdef`` / ``new_state``:
+    a fresh head of the new size (its structure). Returns the new state."""
+    head = nnx.merge(new_graphdef, new_state)
+    for name, value in vars(old_head).items():
+        if isinstance(value, nnx.Param) and name != "lm_head":
+            getattr(head, name)[...] = value[...]
+    out_rows = target.lm_head[...] if getattr(target, "lm_head", None) is not None else \
+        target.embed[...]
+    rows = np.asarray(out_rows, np.float32)[new_ids].copy()
+    slot = np.full(np.asarray(out_rows).shape[0], -1, np.int64)
+    slot[old_ids] = np.arange(len(old_ids))
+    old = slot[new_ids]
+    rows[old >= 0] = np.asarray(old_head.lm_head[...], np.float32)[old[old >= 0]]
+    head.lm_head[...] = jnp.asarray(rows)
+    return nnx.split(head)[1]
 
 
 def optax_smooth_l1(x, beta: float = 1.0):
