@@ -96,6 +96,19 @@ train_eagle3() {  # RUN INIT DATA TRAIN_S TIME_LIMIT_MIN TIMEOUT_S: the EAGLE-3 
     2>&1 | tail -1
 }
 
+answer_prompts() {  # PROMPTS CORPUS N SECONDS: a corpus of the target's greedy answers to the
+  # first N prompts of a prompt file, grown for about SECONDS (OUT/corpus2.json, .log)
+  local prompts=$1 corpus=$2 n=$3 secs=$4 t0
+  t0=$(date +%s)
+  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( secs + 50 )) $py -P -m specjax.cli train data \
+    --out $corpus --prompts-file $prompts --num-prompts $n \
+    --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-256} --shard-size 256 \
+    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
+    --time-limit $($py -c "print($secs / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
+  echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s; $(ls $corpus/shard-* | wc -l) shards"
+  tail -3 "$out/corpus2.log"
+}
+
 case $phase in
 setup)
   cp .gpa/* "$parts"/ || exit 1
@@ -176,13 +189,7 @@ magpie)
     --batch-size ${MAGPIE_BATCH:-512} --time-limit $($py -c "print(${MAGPIE_S:-75} / 60)") \
     --quiet > "$out/prompts.json" 2> "$out/prompts.log"
   echo "prompts: rc $? after $(( $(date +%s) - t0 )) s"; cat "$out/prompts.json"
-  t0=$(date +%s)
-  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS2_S:-150} + 50 )) $py -P -m specjax.cli train data \
-    --out $corpus2 --prompts-file $prompts --num-prompts ${MAGPIE_N:-8192} \
-    --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-256} --shard-size 256 \
-    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
-    --time-limit $($py -c "print(${CORPUS2_S:-150} / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
-  echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s"; tail -3 "$out/corpus2.log"
+  answer_prompts $prompts $corpus2 ${MAGPIE_N:-8192} ${CORPUS2_S:-150}
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu4}
   train_eagle3 $run ${INIT_FROM:-$parts/init_head} $corpus,$corpus2 ${TRAIN_S:-200} \
     $($py -c "print(round(${TRAIN_S:-200} / 60 + 0.3, 2))") $(( ${TRAIN_S:-200} + 90 ))
@@ -209,14 +216,7 @@ revocab)
   fi
   export XLA_PYTHON_CLIENT_MEM_FRACTION=0.6  # room for the cases beside it
   prompts=$parts/prompts_magpie.jsonl; corpus2=/root/corpus_magpie
-  t0=$(date +%s)
-  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS2_S:-130} + 50 )) $py -P -m specjax.cli train data \
-    --out $corpus2 --prompts-file $prompts --num-prompts 8192 \
-    --max-new-tokens 256 --batch-size ${CORPUS_BATCH:-256} --shard-size 256 \
-    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
-    --time-limit $($py -c "print(${CORPUS2_S:-130} / 60)") --quiet > "$out/corpus2.json" 2> "$out/corpus2.log"
-  echo "corpus2: rc $? after $(( $(date +%s) - t0 )) s; $(ls $corpus2/shard-* | wc -l) shards"
-  tail -3 "$out/corpus2.log"
+  answer_prompts $prompts $corpus2 8192 ${CORPUS2_S:-130}
   run=${RUN_DIR:-runs/eagle3_smollm2_gpu6}
   TRAIN_CONFIG=${TRAIN_CONFIG:-configs/train/eagle3_smollm2_gpu6.py} STEP_S=${STEP_S:-0.13} \
     train_eagle3 $run ${INIT_FROM:-$parts/init_head} $corpus,$corpus2 ${TRAIN_S:-240} \

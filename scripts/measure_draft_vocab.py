@@ -124,7 +124,6 @@ def teacher_forced(args, answers, head_ids) -> dict:
     from specjax._runtime import load_for_run
     from specjax.bench.prompts import load_prompts
     from specjax.train.task import TASKS
-    from specjax.train.tasks.eagle import ttt_forward
 
     lm = load_for_run(args.model, "float32")
     items = {str(it["id"]): it for it in load_prompts(args.prompts)}
@@ -134,11 +133,7 @@ def teacher_forced(args, answers, head_ids) -> dict:
     @jax.jit
     def first_draft(tokens):
         head = nnx.merge(task.head_graphdef, params["head"])
-        tp = task._target_pass(frozen, tokens)
-        raw = jnp.concatenate(tp.hidden, -1) if tp.hidden else tp.final_hidden
-        nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
-        emb = jnp.take(tp.target.embed[...], nxt, axis=0).astype(jnp.float32)
-        logits = ttt_forward(head, emb, head.fuse(raw), 1)[0][0]
+        logits = task.unrolled(head, task._target_pass(frozen, tokens), tokens, 1)[0][0]
         return jnp.take(frozen["draft_ids"], jnp.argmax(logits, -1))
 
     inside = np.zeros(task.head_cfg.vocab_size, bool)

@@ -32,7 +32,8 @@ from flax import nnx
 from specjax.cache import KVCache
 from specjax.errors import DrafterError
 from specjax.heads._attn import cached_attention
-from specjax.models.llama import apply_rope, linear, quantize_rows, rms_norm, rope_inv_freq
+from specjax.models.llama import apply_rope, linear, rms_norm, rope_inv_freq
+from specjax.models.quant import quantize_param
 
 VARIANTS = ("eagle1", "eagle3")
 
@@ -132,9 +133,9 @@ def quantize_head(graphdef, state) -> tuple:
     only; the verifier keeps the output exact whatever the drafts are."""
     head = nnx.merge(graphdef, state)
     for name in MATRICES:
-        vals, scale = quantize_rows(getattr(head, name)[...])
-        setattr(head, name, nnx.Param(vals))
-        setattr(head, name + "_scale", nnx.Param(scale[:, 0]))
+        vals, scale = quantize_param(getattr(head, name))
+        setattr(head, name, vals)
+        setattr(head, name + "_scale", scale)
     return nnx.split(head)
 
 

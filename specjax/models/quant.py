@@ -38,7 +38,9 @@ from specjax.models.llama import Llama, quantize_rows
 QUANT_MODES = ("none", "w8a8")
 
 
-def _q(param) -> tuple[nnx.Param, nnx.Param]:
+def quantize_param(param) -> tuple[nnx.Param, nnx.Param]:
+    """A ``[out, in]`` weight as ``(int8 values, float32 scale per row)`` parameters, the pair
+    :func:`specjax.models.llama.linear` takes for a w8a8 product."""
     vals, scale = quantize_rows(param[...])
     return nnx.Param(vals), nnx.Param(scale[:, 0])
 
@@ -59,11 +61,11 @@ def quantize(model: Llama, mode: str = "w8a8") -> Llama:
     m = nnx.clone(model)
     for blk in m.layers:
         a, mlp = blk.attn, blk.mlp
-        a.wqkv, a.wqkv_scale = _q(a.wqkv)
-        a.wo, a.wo_scale = _q(a.wo)
-        mlp.w_gate_up, mlp.w_gate_up_scale = _q(mlp.w_gate_up)
-        mlp.w_down, mlp.w_down_scale = _q(mlp.w_down)
-    m.head_q, m.head_scale = _q(m.embed if m.lm_head is None else m.lm_head)
+        a.wqkv, a.wqkv_scale = quantize_param(a.wqkv)
+        a.wo, a.wo_scale = quantize_param(a.wo)
+        mlp.w_gate_up, mlp.w_gate_up_scale = quantize_param(mlp.w_gate_up)
+        mlp.w_down, mlp.w_down_scale = quantize_param(mlp.w_down)
+    m.head_q, m.head_scale = quantize_param(m.embed if m.lm_head is None else m.lm_head)
     m.lm_head = None  # an untied float head is never read again (the embedding still is)
     m.quantization = mode
     return m

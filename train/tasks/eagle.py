@@ -152,18 +152,22 @@ class EagleTask:
         layers = self.head_cfg.feature_layers if self.head_cfg.variant == "eagle3" else ()
         return target_pass(self.target_graphdef, frozen, tokens, layers)
 
+    def unrolled(self, head, tp, tokens, steps: int):
+        """The head unrolled ``steps`` times (:func:`ttt_forward`) over ``tokens [B, T]``
+        from the target pass ``tp`` of the same tokens: per step ``(logits, hidden)``."""
+        raw = jnp.concatenate(tp.hidden, -1) if self.head_cfg.variant == "eagle3" \
+            else tp.final_hidden
+        nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
+        emb_next = jnp.take(tp.target.embed[...], nxt, axis=0).astype(jnp.float32)
+        return ttt_forward(head, emb_next, head.fuse(raw), steps)
+
     def loss(self, params, frozen, batch, rng):
         head = nnx.merge(self.head_graphdef, params["head"])
         tokens = batch["tokens"]
         mask = batch["loss_mask"].astype(bool)
         B, T = tokens.shape
         tp = self._target_pass(frozen, tokens)
-        target, t_logits, inside, final_h = tp.target, tp.logits, tp.inside, tp.final_hidden
-        raw = jnp.concatenate(tp.hidden, -1) if self.head_cfg.variant == "eagle3" \
-            else final_h
-        g0 = head.fuse(raw)
-        nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros((B, 1), tokens.dtype)], axis=1)
-        emb_next = jnp.take(target.embed[...], nxt, axis=0).astype(jnp.float32)
+        t_logits, inside, final_h = tp.logits, tp.inside, tp.final_hidden
         # position t predicts x_{t+2}: the target's logits at t + 1
         p_t = jax.nn.softmax(jnp.concatenate(
             [t_logits[:, 1:], jnp.zeros_like(t_logits[:, :1])], axis=1), axis=-1)
@@ -175,7 +179,7 @@ class EagleTask:
         real = t_idx + 2 < batch["lengths"][:, None]
         prompt_t = jnp.concatenate([~mask[:, 2:], jnp.zeros((B, 2), bool)], axis=1) & real
         w_t = jnp.where(want_t, 1.0, jnp.where(prompt_t & in_t, self.cfg.prompt_weight, 0.0))
-        outs = ttt_forward(head, emb_next, g0, self.cfg.ttt_steps)
+        outs = self.unrolled(head, tp, tokens, self.cfg.ttt_steps)
         total = jnp.float32(0.0)
         metrics = {}
         argmax_t = jnp.argmax(p_t, axis=-1)
@@ -220,7 +224,7 @@ class EagleTask:
         if self.cfg.revocab:
             new_ids = np.asarray(self._draft_ids, np.int32)
             state = carry_lm_head(nnx.merge(graphdef, state), np.asarray(ids), new_ids,
-                                  target, self.head_graphdef, self._init_state)
+                                  self.head_graphdef, self._init_state)
             kept = int(np.isin(new_ids, ids).sum())
             return dataclasses.replace(self, _init_state=state, start_note=(
                 f"draft vocabulary re-chosen from the corpus (revocab): {len(new_ids)} tokens, "
@@ -235,20 +239,19 @@ class EagleTask:
                                tokenizer=self._tokenizer, meta=meta)
 
 
-def carry_lm_head(old_head, old_ids, new_ids, target, new_graphdef, new_state):
+def carry_lm_head(old_head, old_ids, new_ids, new_graphdef, new_state):
     """The trained head ``old_head`` (draft vocabulary ``old_ids``) moved onto the draft
-    vocabulary ``new_ids``: every parameter but the LM head as it was; the LM-head row of a
-    token in both vocabularies is its trained row, a new token's row the target's output row
-    (as :func:`specjax.heads.eagle.init_head` starts them). ``new_graphdef`` / ``new_state``:
-    a fresh head of the new size (its structure). Returns the new state."""
+    vocabulary ``new_ids``. ``new_graphdef`` / ``new_state``: a fresh head of that vocabulary
+    (:func:`specjax.heads.eagle.init_head`, whose LM-head rows are the target's output rows).
+    Every parameter but the LM head is taken from ``old_head``; the LM-head row of a token in
+    both vocabularies is its trained row, a new token keeps the fresh row. Returns the new
+    state."""
     head = nnx.merge(new_graphdef, new_state)
     for name, value in vars(old_head).items():
         if isinstance(value, nnx.Param) and name != "lm_head":
             getattr(head, name)[...] = value[...]
-    out_rows = target.lm_head[...] if getattr(target, "lm_head", None) is not None else \
-        target.embed[...]
-    rows = np.asarray(out_rows, np.float32)[new_ids].copy()
-    slot = np.full(np.asarray(out_rows).shape[0], -1, np.int64)
+    rows = np.array(head.lm_head[...], np.float32)
+    slot = np.full(max(int(np.max(old_ids)), int(np.max(new_ids))) + 1, -1, np.int64)
     slot[old_ids] = np.arange(len(old_ids))
     old = slot[new_ids]
     rows[old >= 0] = np.asarray(old_head.lm_head[...], np.float32)[old[old >= 0]]
