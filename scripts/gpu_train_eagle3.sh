@@ -23,6 +23,9 @@
 #                                                # vocabulary (configs/train/eagle3_smollm2_gpu6.py)
 #                                                # trained on both corpora; with NUMERICS_BG
 #                                                # set, issue 22's GPU cases run beside it
+#   bash scripts/gpu_train_eagle3.sh longdoc OUT # or: the long-input corpus (data/corpus_long)
+#                                                # answered, and the head trained on the three
+#                                                # corpora at 32 x 1536 (configs/train/eagle3_smollm2_gpu7.py)
 #
 # (`stash OUT` copies a further piece from .gpb, for a tree too large for two calls.)
 #
@@ -229,6 +232,49 @@ revocab)
   (cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -v -e '^pack.part-' -e '^logs.tgz$'))
   ls -l "$out"
   ;;
+longdoc)
+  # Long inputs: the corpus of data/corpus_long (its pool chosen on the CPU with
+  # `specjax train data --sources long_docs ... --max-shards 0`, travelling as
+  # .gpc/corpus_long.tgz, as the Magpie corpus does as .gpc/corpus_magpie.tgz) answered for
+  # CORPUS_S seconds with the same command, then the head in .gpa/init_head.tgz trained on
+  # all three corpora at 32 x 1536 (TRAIN_CONFIG, default configs/train/eagle3_smollm2_gpu7.py)
+  # for TRAIN_S seconds (STEP_S, default 0.3 s a step: a guess, 640 -> 1536 tokens from the
+  # 0.106 s measured); converted to int8 rows (the shipped form) and packed with the long
+  # corpus and the metrics. NUMERICS_BG as in `revocab`.
+  prepare
+  for c in corpus_long corpus_magpie; do
+    if [ ! -d /root/$c ]; then
+      mkdir -p /root/ctmp && tar xzf "$parts/$c.tgz" -C /root/ctmp && mv /root/ctmp/data/$c /root/$c \
+        || exit 1
+    fi
+  done
+  if [ -n "${NUMERICS_BG:-}" ]; then
+    (NUMERICS_ONLY="$NUMERICS_BG" CASE_JOBS=${CASE_JOBS:-2} CASE_TIMEOUT=${CASE_TIMEOUT:-300} \
+      timeout -k 5 ${NUM_S:-400} bash scripts/gpu_checks.sh "$out/num" env,numerics_cases \
+      > "$out/num.log" 2>&1) &
+    bg=$!
+  fi
+  export XLA_PYTHON_CLIENT_MEM_FRACTION=0.6  # room for the cases beside it
+  t0=$(date +%s)
+  JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS_S:-150} + 60 )) $py -P -m specjax.cli train data \
+    --out /root/corpus_long --sources long_docs --num-prompts 3072 --max-prompt-tokens 1280 \
+    --max-new-tokens 256 --shard-size 128 --batch-size 128 \
+    --exclude spec_bench:/work/shared/data/spec_bench/question.jsonl \
+    --time-limit $($py -c "print(${CORPUS_S:-150} / 60)") --quiet > "$out/corpus_long.json" 2> "$out/corpus_long.log"
+  echo "corpus_long: rc $? after $(( $(date +%s) - t0 )) s; $(ls /root/corpus_long/shard-* | wc -l) shards"
+  tail -3 "$out/corpus_long.log"
+  run=${RUN_DIR:-runs/eagle3_smollm2_gpu7}
+  TRAIN_CONFIG=${TRAIN_CONFIG:-configs/train/eagle3_smollm2_gpu7.py} STEP_S=${STEP_S:-0.3} \
+    train_eagle3 $run ${INIT_FROM:-$parts/init_head} $corpus,/root/corpus_magpie,/root/corpus_long \
+    ${TRAIN_S:-240} $($py -c "print(round(${TRAIN_S:-240} / 60 + 0.5, 2))") $(( ${TRAIN_S:-240} + 100 ))
+  $py -P -m specjax.cli head convert $run/head $run/head_int8 --to specjax --out-dtype int8 \
+    2>&1 | tail -1
+  [ -n "${NUMERICS_BG:-}" ] && wait $bg
+  tar cf - --transform "s,^root/corpus_long,data/corpus_long," /root/corpus_long $run/head_int8 \
+    $run/metrics.jsonl $run/curves.png 2>/dev/null | gzip -1 | split -b 15000000 - "$out/pack.part-"
+  (cd "$out" && tar czf logs.tgz --remove-files $(ls | grep -v -e '^pack.part-' -e '^logs.tgz$'))
+  ls -l "$out"
+  ;;
 *)
-  echo "unknown phase $phase (setup, stash, run, heads or magpie)"; exit 2 ;;
+  echo "unknown phase $phase (setup, stash, run, heads, magpie, revocab or longdoc)"; exit 2 ;;
 esac

@@ -11,7 +11,8 @@ own greedy answers to benchmark questions (the plain-decoding outputs a `specjax
 * with ``--teacher-forced``, the head's first-draft-position accuracy on those answers with
   the true prefix (what the training metric ``acc_0`` measures, but counting tokens outside
   the vocabulary as misses), per category, and the share of out-of-vocabulary tokens that
-  occur in the prompt.
+  occur in the prompt; ``--window W`` limits the head's attention to the last W positions
+  (how far back it reads).
 
     python scripts/measure_draft_vocab.py --corpus data/corpus_smollm2 \\
         --journal docs/results/spec_bench_heads_gpu5.journal.jsonl \\
@@ -62,6 +63,11 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", default="8192,12288,16384,24576,32768")
     ap.add_argument("--teacher-forced", action="store_true",
                     help="also the head's first-position accuracy on the answers (loads the model)")
+    ap.add_argument("--window", type=int, default=None,
+                    help="--teacher-forced with the head's attention limited to the last W "
+                         "positions (how far back it reads)")
+    ap.add_argument("--categories", default=None,
+                    help="comma-separated categories only (default: all)")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--out", help="results JSON")
     args = ap.parse_args(argv)
@@ -70,6 +76,8 @@ def main(argv=None) -> int:
     from specjax.train.tasks._target import draft_vocab_from_counts
 
     answers = journal_answers(args.journal)
+    if args.categories:
+        answers = [a for a in answers if a[0] in args.categories.split(",")]
     cats = sorted({c for c, _, _ in answers})
     by_cat = {c: np.concatenate([np.asarray(t) for cc, t, _ in answers if cc == c]) for c in cats}
     allt = np.concatenate(list(by_cat.values()))
@@ -108,6 +116,7 @@ def main(argv=None) -> int:
         if not (args.head and args.prompts):
             sys.exit("--teacher-forced needs --head and --prompts")
         result["teacher_forced"] = teacher_forced(args, answers, head_ids)
+        result["window"] = args.window
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return 0
@@ -133,7 +142,8 @@ def teacher_forced(args, answers, head_ids) -> dict:
     @jax.jit
     def first_draft(tokens):
         head = nnx.merge(task.head_graphdef, params["head"])
-        logits = task.unrolled(head, task._target_pass(frozen, tokens), tokens, 1)[0][0]
+        logits = task.unrolled(head, task._target_pass(frozen, tokens), tokens, 1,
+                               args.window)[0][0]
         return jnp.take(frozen["draft_ids"], jnp.argmax(logits, -1))
 
     inside = np.zeros(task.head_cfg.vocab_size, bool)
@@ -152,7 +162,8 @@ def teacher_forced(args, answers, head_ids) -> dict:
             st[cat] += [1, inside[x], y == x, (y == x) and inside[x],
                         (not inside[x]) and x in in_prompt]
     out = {}
-    print(f"\nteacher-forced first draft position, head {args.head}")
+    print(f"\nteacher-forced first draft position, head {args.head}"
+          + (f", attention window {args.window}" if args.window else ""))
     print(f"{'category':16s} {'tokens':>6s} {'inside':>6s} {'acc':>6s} {'acc|in':>6s} "
           f"{'oov in prompt':>13s}")
     for cat, s in sorted(st.items()) + [("ALL", sum(st.values()))]:

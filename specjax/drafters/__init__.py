@@ -4,6 +4,7 @@ from specjax.drafters import (  # noqa: F401
     draft_model,
     dynamic_exit,
     eagle,
+    eagle_lookup,
     hydra,
     medusa,
     ngram,

@@ -73,10 +73,12 @@ class EagleTaskConfig:
             raise ConfigError(f"draft_vocab must be an integer >= 1, got {self.draft_vocab!r}")
 
 
-def ttt_attention(q, keys, values, i: int):
+def ttt_attention(q, keys, values, i: int, window: int | None = None):
     """Attention of step ``i``'s queries ``[B, T, H, Dh]`` over step 0's keys at positions
     ``<= t - i`` and step ``j``'s keys at ``t - i + j`` (``j = 1..i``). Returns
-    ``[B, T, H * Dh]``; a query with nothing to see (``t < i``) gets zeros."""
+    ``[B, T, H * Dh]``; a query with nothing to see (``t < i``) gets zeros. ``window``: step
+    0's keys only within the last ``window`` positions (a measurement: how far back the head
+    reads, scripts/measure_draft_vocab.py ``--window``; training and drafting use None)."""
     B, T, H, Dh = q.shape
     kvh = keys[0].shape[2]
     g = H // kvh
@@ -84,7 +86,10 @@ def ttt_attention(q, keys, values, i: int):
     scale = 1.0 / math.sqrt(Dh)
     t = jnp.arange(T)
     s0 = jnp.einsum("btkgd,bskd->bkgts", qg, keys[0]) * scale
-    s0 = jnp.where((t[None, :] <= t[:, None] - i)[None, None, None], s0, -jnp.inf)
+    seen = t[None, :] <= t[:, None] - i
+    if window is not None:
+        seen = seen & (t[None, :] > t[:, None] - i - window)
+    s0 = jnp.where(seen[None, None, None], s0, -jnp.inf)
     diag, vals = [], []
     for j in range(1, i + 1):
         shift = i - j  # key of position t - shift
@@ -109,7 +114,7 @@ def ttt_attention(q, keys, values, i: int):
     return out.reshape(B, T, H * Dh)
 
 
-def ttt_forward(head, emb_next, g0, steps: int):
+def ttt_forward(head, emb_next, g0, steps: int, window: int | None = None):
     """The head unrolled ``steps`` times over whole sequences. ``emb_next[b, t]`` is the
     embedding of ``x_{t+1}``; ``g0`` the fused target features. Returns per step
     ``(logits[B, T, draft_vocab], hidden[B, T, h])``."""
@@ -120,7 +125,7 @@ def ttt_forward(head, emb_next, g0, steps: int):
         q, k, v, resid = head.qkv(emb_next, feats, pos)
         keys.append(k)
         values.append(v)
-        logits, hid = head.finish(ttt_attention(q, keys, values, i), resid)
+        logits, hid = head.finish(ttt_attention(q, keys, values, i, window), resid)
         outs.append((logits, hid))
         feats = jnp.concatenate([jnp.zeros((B, 1, h), hid.dtype), hid[:, :-1]], axis=1)
     return outs
@@ -152,14 +157,15 @@ class EagleTask:
         layers = self.head_cfg.feature_layers if self.head_cfg.variant == "eagle3" else ()
         return target_pass(self.target_graphdef, frozen, tokens, layers)
 
-    def unrolled(self, head, tp, tokens, steps: int):
+    def unrolled(self, head, tp, tokens, steps: int, window: int | None = None):
         """The head unrolled ``steps`` times (:func:`ttt_forward`) over ``tokens [B, T]``
-        from the target pass ``tp`` of the same tokens: per step ``(logits, hidden)``."""
+        from the target pass ``tp`` of the same tokens: per step ``(logits, hidden)``
+        (``window``: see :func:`ttt_attention`)."""
         raw = jnp.concatenate(tp.hidden, -1) if self.head_cfg.variant == "eagle3" \
             else tp.final_hidden
         nxt = jnp.concatenate([tokens[:, 1:], jnp.zeros_like(tokens[:, :1])], axis=1)
         emb_next = jnp.take(tp.target.embed[...], nxt, axis=0).astype(jnp.float32)
-        return ttt_forward(head, emb_next, head.fuse(raw), steps)
+        return ttt_forward(head, emb_next, head.fuse(raw), steps, window)
 
     def loss(self, params, frozen, batch, rng):
         head = nnx.merge(self.head_graphdef, params["head"])
