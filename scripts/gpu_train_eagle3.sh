@@ -112,6 +112,18 @@ answer_prompts() {  # PROMPTS CORPUS N SECONDS: a corpus of the target's greedy 
   tail -3 "$out/corpus2.log"
 }
 
+numerics_bg() {  # JOBS: with NUMERICS_BG set (an extended regex of tests/numerics_checks.py
+  # case ids), those cases run in the background, JOBS at once (CASE_JOBS overrides), while
+  # the GPU decodes and trains (the host's cores are idle then); `wait $bg` before packing
+  bg=
+  if [ -n "${NUMERICS_BG:-}" ]; then
+    (NUMERICS_ONLY="$NUMERICS_BG" CASE_JOBS=${CASE_JOBS:-$1} CASE_TIMEOUT=${CASE_TIMEOUT:-300} \
+      timeout -k 5 ${NUM_S:-400} bash scripts/gpu_checks.sh "$out/num" env,numerics_cases \
+      > "$out/num.log" 2>&1) &
+    bg=$!
+  fi
+}
+
 case $phase in
 setup)
   cp .gpa/* "$parts"/ || exit 1
@@ -211,12 +223,7 @@ revocab)
   # runs those cases meanwhile, CASE_JOBS at once (the host's cores are idle while the GPU
   # decodes and trains), their table and logs in OUT/logs.tgz.
   prepare
-  if [ -n "${NUMERICS_BG:-}" ]; then
-    (NUMERICS_ONLY="$NUMERICS_BG" CASE_JOBS=${CASE_JOBS:-3} CASE_TIMEOUT=${CASE_TIMEOUT:-300} \
-      timeout -k 5 ${NUM_S:-400} bash scripts/gpu_checks.sh "$out/num" env,numerics_cases \
-      > "$out/num.log" 2>&1) &
-    bg=$!
-  fi
+  numerics_bg 3
   export XLA_PYTHON_CLIENT_MEM_FRACTION=0.6  # room for the cases beside it
   prompts=$parts/prompts_magpie.jsonl; corpus2=/root/corpus_magpie
   answer_prompts $prompts $corpus2 8192 ${CORPUS2_S:-130}
@@ -248,12 +255,7 @@ longdoc)
         || exit 1
     fi
   done
-  if [ -n "${NUMERICS_BG:-}" ]; then
-    (NUMERICS_ONLY="$NUMERICS_BG" CASE_JOBS=${CASE_JOBS:-2} CASE_TIMEOUT=${CASE_TIMEOUT:-300} \
-      timeout -k 5 ${NUM_S:-400} bash scripts/gpu_checks.sh "$out/num" env,numerics_cases \
-      > "$out/num.log" 2>&1) &
-    bg=$!
-  fi
+  numerics_bg 2
   export XLA_PYTHON_CLIENT_MEM_FRACTION=0.6  # room for the cases beside it
   t0=$(date +%s)
   JAX_DEFAULT_MATMUL_PRECISION=highest timeout -k 10 $(( ${CORPUS_S:-150} + 60 )) $py -P -m specjax.cli train data \

@@ -525,6 +525,23 @@ def _clean_markup(text: str) -> str:
     return "\n".join(lines)
 
 
+def _read_package_doc(pkg: str, path: Path) -> tuple[str, str] | None:
+    """``(package name, text with markup cleaned)`` of a METADATA or .md/.rst file (None:
+    unreadable or over 1 MB)."""
+    try:
+        if path.stat().st_size > 1_000_000:
+            return None
+        raw = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    if path.name == "METADATA":
+        msg = email.parser.Parser().parsestr(raw)
+        body = msg.get_payload()
+        text = body if isinstance(body, str) and body.strip() else (msg.get("Description") or "")
+        return msg.get("Name") or pkg, _clean_markup(text)
+    return pkg, _clean_markup(raw)
+
+
 def package_doc_items(seed: int) -> Iterator[PoolItem]:
     """Documentation of installed packages (2 to 6 excerpts per file, by length), one prose
     task each."""
@@ -532,21 +549,10 @@ def package_doc_items(seed: int) -> Iterator[PoolItem]:
     files = _package_doc_files()
     _rng(seed, "package_docs", "files").shuffle(files)
     for pkg, path in files:
-        try:
-            if path.stat().st_size > 1_000_000:
-                continue
-            raw = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+        doc = _read_package_doc(pkg, path)
+        if doc is None:
             continue
-        if path.name == "METADATA":
-            msg = email.parser.Parser().parsestr(raw)
-            body = msg.get_payload()
-            text = body if isinstance(body, str) and body.strip() else (
-                msg.get("Description") or "")
-            name = msg.get("Name") or pkg
-        else:
-            text, name = raw, pkg
-        text = _clean_markup(text)
+        name, text = doc
         windows = min(6, max(2, len(text.split()) // 500))  # long documents give more
         for k, ex in enumerate(_paragraph_windows(text, rng, windows)):
             task = rng.choice(PROSE_TASKS)
@@ -605,6 +611,19 @@ def _man_files(root: Path) -> list[Path]:
     return files
 
 
+def _read_man(path: Path) -> str | None:
+    """A manual page's troff source (None: unreadable, over 300 kB, or a ``.so`` link to
+    another page)."""
+    try:
+        if path.stat().st_size > 300_000:
+            return None
+        with gzip.open(path, "rb") as fh:
+            src = fh.read().decode("utf-8", errors="replace")
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    return None if src.lstrip().startswith(".so ") else src
+
+
 def man_items(seed: int, root: Path | None = None) -> Iterator[PoolItem]:
     """English manual pages (``root``, default :data:`MAN_ROOT`): the NAME line and an excerpt
     of the DESCRIPTION (or the text), one prose task each."""
@@ -612,14 +631,8 @@ def man_items(seed: int, root: Path | None = None) -> Iterator[PoolItem]:
     files = _man_files(Path(root) if root is not None else MAN_ROOT)
     _rng(seed, "man", "files").shuffle(files)
     for path in files:
-        try:
-            if path.stat().st_size > 300_000:
-                continue
-            with gzip.open(path, "rb") as fh:
-                src = fh.read().decode("utf-8", errors="replace")
-        except (OSError, EOFError, gzip.BadGzipFile):
-            continue
-        if src.lstrip().startswith(".so "):  # a link to another page
+        src = _read_man(path)
+        if src is None:
             continue
         text = strip_troff(src)
         m = re.search(r"\nDESCRIPTION\n(.*?)(\n[A-Z][A-Z ]{2,}\n|\Z)", text, re.S)
@@ -715,14 +728,8 @@ def _long_documents(seed: int) -> Iterator[tuple[str, str, str]]:
             family[fam] += 1
             if family[fam] > 3:
                 continue
-            try:
-                if path.stat().st_size > 300_000:
-                    continue
-                with gzip.open(path, "rb") as fh:
-                    src = fh.read().decode("utf-8", errors="replace")
-            except (OSError, EOFError, gzip.BadGzipFile):
-                continue
-            if src.lstrip().startswith(".so "):
+            src = _read_man(path)
+            if src is None:
                 continue
             name = path.name[:-3].rsplit(".", 1)[0]
             yield f"man/{path.parent.name}/{name}", f"`{name}`", strip_troff(src).strip()
@@ -731,18 +738,9 @@ def _long_documents(seed: int) -> Iterator[tuple[str, str, str]]:
         files = _package_doc_files()
         _rng(seed, "long_docs", "packages").shuffle(files)
         for pkg, path in files:
-            try:
-                if path.stat().st_size > 1_000_000:
-                    continue
-                raw = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError):
-                continue
-            if path.name == "METADATA":
-                msg = email.parser.Parser().parsestr(raw)
-                body = msg.get_payload()
-                raw = body if isinstance(body, str) and body.strip() else (
-                    msg.get("Description") or "")
-            yield f"package/{pkg}/{path.name}", f"the {pkg} package", _clean_markup(raw).strip()
+            doc = _read_package_doc(pkg, path)
+            if doc is not None:
+                yield f"package/{pkg}/{path.name}", f"the {pkg} package", doc[1].strip()
 
     gens = [man_docs(), package_docs()]
     while gens:
