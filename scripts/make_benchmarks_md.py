@@ -489,8 +489,13 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_eagle_lookup_scout", "eagle_lookup (the EAGLE-3 head beside "
-                                                     "prompt lookup) against eagle, Spec-Bench, "
+    for name, title in (("bench_eagle_lookup_orders", "eagle_lookup with one source per "
+                                                      "lookup match order, against eagle, "
+                                                      "Spec-Bench, 1 question per category, "
+                                                      "3 repeats"),
+                        ("bench_eagle_lookup_scout", "eagle_lookup (the EAGLE-3 head beside "
+                                                     "prompt lookup; one lookup source for "
+                                                     "both orders) against eagle, Spec-Bench, "
                                                      "1 question per category (a scouting run)"),
                         ("bench_eagle_w8a8_builtin", "EAGLE-3 heads: int8 products "
                                                      "(quantize=w8a8), built-in prompts, "

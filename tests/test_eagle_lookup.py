@@ -40,6 +40,9 @@ def test_greedy_identical_with_both_sources_drafting(target, prompts, plain):
     assert r8.tokens == plain
     head, look = r8.extra["eagle_lookup_head"], r8.extra["eagle_lookup_lookup"]
     assert sum(head) > 0 and sum(look) > 0  # repetitive prompts take lookup's chains
+    # one source per match order, counted apart
+    assert [a + b for a, b in zip(r8.extra["eagle_lookup_3gram"],
+                                  r8.extra["eagle_lookup_2gram"])] == look
     # rows whose prompt repeats (odd rows) draft from lookup more than the others
     assert sum(look[1::2]) > sum(look[0::2])
 

@@ -8,16 +8,21 @@ lookup alone gives about 2x on the same kind of prompt. SAM-Decoding (Hu et al.,
 retrieval draft with a model drafter and takes the retrieval draft when its match is long;
 here the choice is per row and step by expected accepted tokens, as in ``ngram``:
 
-* every step prompt lookup's chain (the most recent ``max_ngram``..``min_ngram``-gram match in
-  the row's text, up to ``lookup_k`` tokens) is computed (a lookup, no model);
-* each source has a per-row running estimate ``a_s`` of its per-token acceptance (counts
-  decayed by ``decay`` per step, starting from ``prior_*`` with weight ``prior_weight``);
-  lookup's chain is cut where ``a ** i`` falls below ``min_gain``;
-* the row takes lookup's chain when ``sum_i a_lookup ** i`` over it exceeds the head's
-  ``sum_{i <= k} a_eagle ** i`` by more than ``margin``, else the head drafts its ``k``
-  tokens; a row that takes lookup's chain runs none of the head's draft steps (at batch 1 the
-  head's chain loop runs zero times), only the catch-up pass that keeps its cache exact;
-* after verification both estimates learn from the committed tokens: lookup's chain is
+* every step prompt lookup's chains are computed, one per match order: the continuation of
+  the most recent ``n``-gram match in the row's text, for each ``n`` from ``max_ngram`` down
+  to ``min_ngram``, up to ``lookup_k`` tokens (lookups, no model);
+* each source (the head, and lookup at each order) has a per-row running estimate ``a_s`` of
+  its per-token acceptance (counts decayed by ``decay`` per step, starting from ``prior_*``
+  with weight ``prior_weight``); a lookup chain is cut where ``a ** i`` falls below
+  ``min_gain``. Separate estimates per order matter: in free writing, chance 2-gram matches
+  that agree for a token or two lifted a single lookup estimate until long chains were taken
+  and failed (humanities 1.44x -> 1.17x in the first scouting run), while 3-gram matches
+  there are rare and copying categories match at every order;
+* the row takes the lookup chain with the largest ``sum_i a ** i`` when that exceeds the
+  head's ``sum_{i <= k} a_eagle ** i`` by more than ``margin``, else the head drafts its
+  ``k`` tokens; a row that takes a lookup chain runs none of the head's draft steps (at batch
+  1 the head's chain loop runs zero times), only the catch-up pass that keeps its cache exact;
+* after verification the estimates learn from the committed tokens: every lookup chain is
   compared every step (it was computed anyway), the head's only where it drafted.
 
 The head's state stays exact whichever source drafted: ``update`` receives the target's
@@ -37,12 +42,12 @@ import jax.numpy as jnp
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
 from specjax.drafters.eagle import EagleConfig, EagleDrafter, make_eagle
 from specjax.drafters.ngram import agreement, confident_length, expected_accepted
-from specjax.drafters.prompt_lookup import PromptLookupDrafter
+from specjax.drafters.prompt_lookup import ngram_lookup
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree
 
-EAGLE, LOOKUP = 0, 1  # source indices in the per-row counters
+EAGLE = 0  # source index of the head in the per-row counters; lookup orders follow
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +64,8 @@ class EagleLookupConfig:
     draft_vocab: int | None = dataclasses.field(default=None, metadata={
         "help": "draft vocabulary of a random head (head=random; as for the eagle method)"})
     seed: int = dataclasses.field(default=0, metadata={"help": "seed of a random head"})
-    min_ngram: int = dataclasses.field(default=2, metadata={"help": "shortest lookup match"})
+    min_ngram: int = dataclasses.field(default=2, metadata={
+        "help": "shortest lookup match (each order from max_ngram down is its own source)"})
     max_ngram: int = dataclasses.field(default=3, metadata={"help": "longest lookup match"})
     prior_eagle: float = dataclasses.field(default=0.6, metadata={
         "help": "prior per-token acceptance of the head's drafts"})
@@ -102,10 +108,11 @@ class EagleLookupConfig:
 @dataclasses.dataclass(frozen=True)
 class EagleLookupDrafter:
     eagle: EagleDrafter
-    lookup: PromptLookupDrafter
     max_k: int
     eagle_k: int
-    priors: tuple[float, float] = (0.6, 0.5)
+    lookup_k: int
+    orders: tuple[int, ...] = (3, 2)  # lookup match orders, one source each
+    priors: tuple[float, float] = (0.6, 0.5)  # the head's, every lookup order's
     prior_weight: float = 2.0
     decay: float = 0.9
     min_gain: float = 0.3
@@ -123,38 +130,47 @@ class EagleLookupDrafter:
     def stop_hidden_size(self) -> int:
         return self.eagle.stop_hidden_size
 
+    @property
+    def num_sources(self) -> int:
+        return 1 + len(self.orders)
+
     def params(self):
         return self.eagle.params()
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
-        B = prompt_tokens.shape[0]
-        z = jnp.zeros((B, 2), jnp.float32)
+        B, S = prompt_tokens.shape[0], self.num_sources
+        z = jnp.zeros((B, S), jnp.float32)
         return {"eagle": self.eagle.init(params, target, prompt_tokens, prompt_lens, cache_len,
                                          features),
                 "acc": z, "trials": z,
-                "drafts": jnp.zeros((B, 2, self.max_k), jnp.int32),
-                "lens": jnp.zeros((B, 2), jnp.int32),
-                "chosen": jnp.zeros((B, 2), jnp.int32)}
+                "drafts": jnp.zeros((B, S, self.max_k), jnp.int32),
+                "lens": jnp.zeros((B, S), jnp.int32),
+                "chosen": jnp.zeros((B, S), jnp.int32)}
 
     def alpha(self, state) -> jax.Array:
-        """``[B, 2]`` each source's running per-token acceptance estimate (head, lookup)."""
-        prior = jnp.asarray(self.priors, jnp.float32)
+        """``[B, S]`` each source's running per-token acceptance estimate (the head, then
+        lookup at each order of ``orders``)."""
+        prior = jnp.asarray([self.priors[0]] + [self.priors[1]] * len(self.orders),
+                            jnp.float32)
         return (state["acc"] + prior * self.prior_weight) / (state["trials"]
                                                               + self.prior_weight)
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
-        K, Ke, Kl, Kh = self.max_k, self.eagle_k, self.lookup.max_k, self.eagle.max_k
-        B = k.shape[0]
+        K, Ke, Kl, Kh = self.max_k, self.eagle_k, self.lookup_k, self.eagle.max_k
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
-        lk, _, _ = self.lookup.propose(None, target, (), ctx, jnp.full_like(k, Kl), greedy)
-        l_len = jnp.sum(lk.valid, axis=1).astype(jnp.int32)  # lookup's whole chain
+        looked = [ngram_lookup(ctx.seq, ctx.seq_len, Kl, n, n) for n in self.orders]
+        l_tok = jnp.stack([t for t, _ in looked], axis=1)  # [B, O, Kl]
+        l_len = jnp.stack([a for _, a in looked], axis=1)  # [B, O]: each whole chain
         alpha = self.alpha(state)
-        cut = jnp.minimum(jnp.minimum(l_len, k),
-                          confident_length(alpha[:, LOOKUP], self.min_gain, Kl))
+        cut = jnp.minimum(jnp.minimum(l_len, k[:, None]),
+                          confident_length(alpha[:, 1:], self.min_gain, Kl))
         ke = jnp.minimum(k, Ke)
-        gain_l = expected_accepted(alpha[:, LOOKUP], cut, K)
+        gain_l = expected_accepted(alpha[:, 1:], cut, K)  # [B, O]
         gain_e = expected_accepted(alpha[:, EAGLE], ke, K)
-        use_l = (cut > 0) & (gain_l > gain_e + self.margin)
+        best = jnp.argmax(gain_l, axis=1)  # ties: the higher order
+        rows = jnp.arange(k.shape[0])
+        b_cut, b_tok = cut[rows, best], l_tok[rows, best]
+        use_l = (b_cut > 0) & (gain_l[rows, best] > gain_e + self.margin)
         et, e_state, tcache = self.eagle.propose(params, target, state["eagle"], ctx,
                                                  jnp.where(use_l, 0, ke), greedy, stop)
         e_len = jnp.sum(et.valid, axis=1).astype(jnp.int32)
@@ -162,24 +178,26 @@ class EagleLookupDrafter:
         def pad(x, width):
             return jnp.pad(x, [(0, 0), (0, K - width)] + [(0, 0)] * (x.ndim - 2))
 
-        e_tok, l_tok = pad(et.tokens, Kh), pad(lk.tokens, Kl)
-        tokens = jnp.where(use_l[:, None], l_tok, e_tok)
-        n = jnp.where(use_l, cut, e_len)
+        e_tok, b_tok = pad(et.tokens, Kh), pad(b_tok, Kl)
+        tokens = jnp.where(use_l[:, None], b_tok, e_tok)
+        n = jnp.where(use_l, b_cut, e_len)
         q = None
         if et.q is not None:  # lookup's deterministic drafts: one-hot draft distributions
-            q_l = jax.nn.one_hot(l_tok, et.q.shape[-1], dtype=et.q.dtype)
+            q_l = jax.nn.one_hot(b_tok, et.q.shape[-1], dtype=et.q.dtype)
             q = jnp.where(use_l[:, None, None], q_l, pad(et.q, Kh))
-        drafts = jnp.stack([e_tok, l_tok], axis=1)
-        lens = jnp.stack([jnp.where(use_l, 0, e_len), l_len], axis=1)
+        l_all = jnp.pad(l_tok, ((0, 0), (0, 0), (0, K - Kl)))
+        drafts = jnp.concatenate([e_tok[:, None], l_all], axis=1)  # [B, S, K]
+        lens = jnp.concatenate([jnp.where(use_l, 0, e_len)[:, None], l_len], axis=1)
         drafted = (n > 0) & ctx.live
-        chosen = state["chosen"] + jnp.stack([drafted & ~use_l, drafted & use_l],
-                                             axis=1).astype(jnp.int32)
+        src = jnp.where(use_l, 1 + best, EAGLE)
+        chosen = state["chosen"] + (jax.nn.one_hot(src, self.num_sources, dtype=jnp.int32)
+                                    * drafted[:, None])
         new = {**state, "eagle": e_state, "drafts": drafts, "lens": lens, "chosen": chosen}
         return DraftTree.chain(tokens, n, q), new, tcache
 
     def skip(self, params, target, state, ctx, features):
         """A step that drafted nothing: the head's pending features grow (its ``skip``);
-        neither estimate learns (nothing was drafted or compared)."""
+        no estimate learns (nothing was drafted or compared)."""
         return {**state, "eagle": self.eagle.skip(params, target, state["eagle"], ctx,
                                                   features)}
 
@@ -197,10 +215,12 @@ class EagleLookupDrafter:
                 "trials": jnp.where(live, d * state["trials"] + trials, state["trials"])}
 
     def stats(self, state) -> dict:
-        """Steps each row drafted from the head (``eagle_lookup_head``) and from prompt lookup
-        (``eagle_lookup_lookup``)."""
-        return {"eagle_lookup_head": state["chosen"][:, EAGLE],
-                "eagle_lookup_lookup": state["chosen"][:, LOOKUP]}
+        """Steps each row drafted from the head (``eagle_lookup_head``), from prompt lookup
+        at any order (``eagle_lookup_lookup``) and at each order n (``eagle_lookup_<n>gram``)."""
+        ch = state["chosen"]
+        out = {"eagle_lookup_head": ch[:, EAGLE], "eagle_lookup_lookup": ch[:, 1:].sum(1)}
+        out.update({f"eagle_lookup_{n}gram": ch[:, 1 + i] for i, n in enumerate(self.orders)})
+        return out
 
 
 @DRAFTERS.register("eagle_lookup", config=EagleLookupConfig,
@@ -212,10 +232,9 @@ def make_eagle_lookup(cfg: EagleLookupConfig, target_lm) -> EagleLookupDrafter:
     eagle = make_eagle(EagleConfig(k=max(cfg.k, cfg.lookup_k), head=cfg.head,
                                    quantize=cfg.quantize,
                                    draft_vocab=cfg.draft_vocab, seed=cfg.seed), target_lm)
-    lookup = PromptLookupDrafter(max_k=cfg.lookup_k, max_ngram=cfg.max_ngram,
-                                 min_ngram=cfg.min_ngram)
     return EagleLookupDrafter(
-        eagle=eagle, lookup=lookup, max_k=max(cfg.k, cfg.lookup_k), eagle_k=cfg.k,
+        eagle=eagle, max_k=max(cfg.k, cfg.lookup_k), eagle_k=cfg.k, lookup_k=cfg.lookup_k,
+        orders=tuple(range(cfg.max_ngram, cfg.min_ngram - 1, -1)),
         priors=(float(cfg.prior_eagle), float(cfg.prior_lookup)),
         prior_weight=float(cfg.prior_weight), decay=float(cfg.decay),
         min_gain=float(cfg.min_gain), margin=float(cfg.margin),
