@@ -41,8 +41,9 @@ import jax.numpy as jnp
 
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
 from specjax.drafters.eagle import EagleConfig, EagleDrafter, make_eagle
-from specjax.drafters.ngram import agreement, confident_length, expected_accepted
-from specjax.drafters.prompt_lookup import ngram_lookup
+from specjax.drafters.ngram import confident_length, expected_accepted, \
+    learn_from_committed, running_alpha
+from specjax.drafters.prompt_lookup import continuation, ngram_starts
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree
@@ -150,17 +151,15 @@ class EagleLookupDrafter:
     def alpha(self, state) -> jax.Array:
         """``[B, S]`` each source's running per-token acceptance estimate (the head, then
         lookup at each order of ``orders``)."""
-        prior = jnp.asarray([self.priors[0]] + [self.priors[1]] * len(self.orders),
-                            jnp.float32)
-        return (state["acc"] + prior * self.prior_weight) / (state["trials"]
-                                                              + self.prior_weight)
+        return running_alpha(state, [self.priors[0]] + [self.priors[1]] * len(self.orders),
+                             self.prior_weight)
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         K, Ke, Kl, Kh = self.max_k, self.eagle_k, self.lookup_k, self.eagle.max_k
         k = jnp.where(ctx.live, k, 0).astype(jnp.int32)
-        looked = [ngram_lookup(ctx.seq, ctx.seq_len, Kl, n, n) for n in self.orders]
-        l_tok = jnp.stack([t for t, _ in looked], axis=1)  # [B, O, Kl]
-        l_len = jnp.stack([a for _, a in looked], axis=1)  # [B, O]: each whole chain
+        # [B, O, Kl], [B, O]: each order's whole chain
+        l_tok, l_len = continuation(ctx.seq, ctx.seq_len,
+                                    ngram_starts(ctx.seq, ctx.seq_len, self.orders), Kl)
         alpha = self.alpha(state)
         cut = jnp.minimum(jnp.minimum(l_len, k[:, None]),
                           confident_length(alpha[:, 1:], self.min_gain, Kl))
@@ -203,16 +202,8 @@ class EagleLookupDrafter:
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         e_state = self.eagle.update(params, state["eagle"], ctx, n_acc, tree, path, features)
-        K = self.max_k
-        start = ctx.seq_len - 1 - n_acc  # the first token after the root
-        idx = jnp.clip(start[:, None] + jnp.arange(K + 1)[None], 0, ctx.seq.shape[1] - 1)
-        committed = jnp.take_along_axis(ctx.seq, idx, axis=1)
-        acc, trials = agreement(state["drafts"], state["lens"], committed, n_acc + 1)
-        live = ctx.live[:, None]
-        d = self.decay
-        return {**state, "eagle": e_state,
-                "acc": jnp.where(live, d * state["acc"] + acc, state["acc"]),
-                "trials": jnp.where(live, d * state["trials"] + trials, state["trials"])}
+        return {**learn_from_committed(state, ctx, n_acc, self.max_k, self.decay),
+                "eagle": e_state}
 
     def stats(self, state) -> dict:
         """Steps each row drafted from the head (``eagle_lookup_head``), from prompt lookup

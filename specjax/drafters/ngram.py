@@ -131,6 +131,28 @@ def agreement(drafts: jax.Array, lens: jax.Array, committed: jax.Array, n_commit
     return m.astype(jnp.float32), (m + rejected).astype(jnp.float32)
 
 
+def running_alpha(state, prior, weight: float) -> jax.Array:
+    """``[B, S]`` each source's per-token acceptance estimate: ``state``'s decayed counts
+    (``acc``, ``trials``) with ``prior`` (scalar or ``[S]``) at ``weight`` drafted tokens."""
+    prior = jnp.asarray(prior, jnp.float32)
+    return (state["acc"] + prior * weight) / (state["trials"] + weight)
+
+
+def learn_from_committed(state, ctx, n_acc, K: int, decay: float) -> dict:
+    """``state`` with its per-source counts after a step: every source's stored chain
+    (``drafts [B, S, K]``, ``lens [B, S]``) compared with the tokens the step committed after
+    the root (the accepted nodes, then the new pending token: :func:`agreement`), old counts
+    decayed by ``decay``; rows no longer live keep theirs."""
+    start = ctx.seq_len - 1 - n_acc  # index of the first token after the root
+    idx = jnp.clip(start[:, None] + jnp.arange(K + 1)[None], 0, ctx.seq.shape[1] - 1)
+    committed = jnp.take_along_axis(ctx.seq, idx, axis=1)
+    acc, trials = agreement(state["drafts"], state["lens"], committed, n_acc + 1)
+    live = ctx.live[:, None]
+    return {**state,
+            "acc": jnp.where(live, decay * state["acc"] + acc, state["acc"]),
+            "trials": jnp.where(live, decay * state["trials"] + trials, state["trials"])}
+
+
 @dataclasses.dataclass(frozen=True)
 class NgramDrafter:
     max_k: int
@@ -175,8 +197,7 @@ class NgramDrafter:
             lens.append(jnp.sum(tree.valid, axis=1).astype(jnp.int32))
         drafts = jnp.stack(drafts, axis=1)  # [B, S, K]
         lens = jnp.stack(lens, axis=1)  # [B, S]
-        alpha = ((state["acc"] + self.prior * self.prior_weight)
-                 / (state["trials"] + self.prior_weight))
+        alpha = running_alpha(state, self.prior, self.prior_weight)
         cut = jnp.minimum(lens, confident_length(alpha, self.min_gain, self.max_k))
         gain = expected_accepted(alpha, cut, self.max_k)
         src = jnp.argmax(gain, axis=1)  # ties: the first source listed
@@ -192,17 +213,8 @@ class NgramDrafter:
     def update(self, params, state, ctx, n_acc, tree, path, features):
         subs = tuple(d.update(p, s, ctx, n_acc, tree, path, features)
                      for d, p, s in zip(self.sources, params, state["subs"]))
-        # committed this step after the root: the accepted nodes, then the new pending token
-        K = self.max_k
-        start = ctx.seq_len - 1 - n_acc  # index of the first token after the root
-        idx = jnp.clip(start[:, None] + jnp.arange(K + 1)[None], 0, ctx.seq.shape[1] - 1)
-        committed = jnp.take_along_axis(ctx.seq, idx, axis=1)
-        acc, trials = agreement(state["drafts"], state["lens"], committed, n_acc + 1)
-        live = ctx.live[:, None]
-        decay = self.source_decay
-        return {**state, "subs": subs,
-                "acc": jnp.where(live, decay * state["acc"] + acc, state["acc"]),
-                "trials": jnp.where(live, decay * state["trials"] + trials, state["trials"])}
+        return {**learn_from_committed(state, ctx, n_acc, self.max_k, self.source_decay),
+                "subs": subs}
 
     # host side, called by generate
     def stats(self, state) -> dict:

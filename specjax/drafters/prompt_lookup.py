@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+import jax
 import jax.numpy as jnp
 
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
@@ -19,27 +20,47 @@ from specjax.features import FeatureSpec
 from specjax.tree import DraftTree
 
 
-def ngram_lookup(seq, seq_len, K: int, max_ngram: int, min_ngram: int):
-    """Returns (proposal tokens ``[B, K]``, available count ``[B]``) for each row."""
+def ngram_starts(seq, seq_len, orders) -> jax.Array:
+    """``int32[B, O]``: for each order ``n`` of ``orders``, where the continuation of the most
+    recent earlier occurrence of the row's last ``n`` tokens starts (-1: none). The shifted
+    copies of ``seq`` are built once for all orders."""
     B, L = seq.shape
     j = jnp.arange(L, dtype=jnp.int32)
-    best_start = jnp.full((B,), -1, jnp.int32)  # start of the continuation
-    for n in range(max_ngram, min_ngram - 1, -1):
+    shifted = [jnp.roll(seq, -t, axis=1) for t in range(max(orders))]  # [b, j] = seq[b, j + t]
+    out = []
+    for n in orders:
         suffix_idx = seq_len[:, None] - n + jnp.arange(n, dtype=jnp.int32)[None]  # [B, n]
         suffix = jnp.take_along_axis(seq, jnp.clip(suffix_idx, 0, L - 1), axis=1)
         match = jnp.ones((B, L), bool)
         for t in range(n):
-            shifted = jnp.roll(seq, -t, axis=1)  # shifted[b, j] = seq[b, j + t]
-            match = match & (shifted == suffix[:, t:t + 1])
+            match = match & (shifted[t] == suffix[:, t:t + 1])
         # window [j, j+n) must end before the pending token (a continuation must exist)
         ok = match & (j[None] + n <= seq_len[:, None] - 1) & (seq_len[:, None] >= n + 1)
         last = jnp.max(jnp.where(ok, j[None], -1), axis=1)
-        start = jnp.where(last >= 0, last + n, -1)
-        best_start = jnp.where(best_start >= 0, best_start, start)
-    idx = jnp.clip(best_start[:, None] + jnp.arange(K, dtype=jnp.int32)[None], 0, L - 1)
-    tokens = jnp.take_along_axis(seq, idx, axis=1)
-    avail = jnp.where(best_start >= 0, jnp.minimum(K, seq_len - best_start), 0)
+        out.append(jnp.where(last >= 0, last + n, -1))
+    return jnp.stack(out, axis=1).astype(jnp.int32)
+
+
+def continuation(seq, seq_len, start, K: int):
+    """``(tokens [..., K], available [...])``: the ``K`` tokens of each row from ``start``
+    (``int32[B]`` or ``[B, O]``; -1: nothing available)."""
+    L = seq.shape[1]
+    idx = jnp.clip(start[..., None] + jnp.arange(K, dtype=jnp.int32), 0, L - 1)
+    flat = idx.reshape(idx.shape[0], -1)
+    tokens = jnp.take_along_axis(seq, flat, axis=1).reshape(idx.shape)
+    lens = seq_len.reshape((-1,) + (1,) * (start.ndim - 1))
+    avail = jnp.where(start >= 0, jnp.minimum(K, lens - start), 0)
     return tokens, avail.astype(jnp.int32)
+
+
+def ngram_lookup(seq, seq_len, K: int, max_ngram: int, min_ngram: int):
+    """Returns (proposal tokens ``[B, K]``, available count ``[B]``) for each row: the
+    continuation of the longest order's most recent match."""
+    starts = ngram_starts(seq, seq_len, range(max_ngram, min_ngram - 1, -1))
+    best_start = jnp.full(starts.shape[:1], -1, jnp.int32)
+    for i in range(starts.shape[1]):  # the longest order that matched
+        best_start = jnp.where(best_start >= 0, best_start, starts[:, i])
+    return continuation(seq, seq_len, best_start, K)
 
 
 @dataclasses.dataclass(frozen=True)
