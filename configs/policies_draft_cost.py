@@ -16,7 +16,7 @@ from specjax.experiment import BenchConfig
 
 
 def get_config() -> BenchConfig:
-    args = {"eagle@k1": {"k": 1}, "eagle@k3": {"k": 3},
+    args = {"eagle@k1": {"k": 1, "policy": "fixed"}, "eagle@k3": {"k": 3, "policy": "fixed"},
             "eagle@adaptive": {"k": 6, "policy": "adaptive"},
             "eagle@smartspec": {"k": 6, "policy": "smartspec"}}
     return BenchConfig(

@@ -10,9 +10,9 @@ def get_config() -> BenchConfig:
     return BenchConfig(
         methods=("ar", "eagle@k1", "eagle@k2", "eagle@k4", "eagle@specdec++"),
         method_args={
-            "eagle@k1": {"k": 1},
-            "eagle@k2": {"k": 2},
-            "eagle@k4": {"k": 4},
+            "eagle@k1": {"k": 1, "policy": "fixed"},
+            "eagle@k2": {"k": 2, "policy": "fixed"},
+            "eagle@k4": {"k": 4, "policy": "fixed"},
             "eagle@specdec++": {"k": 6, "policy": "specdec++", "threshold": 0.7},
         },
         prompts="builtin",

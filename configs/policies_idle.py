@@ -17,7 +17,7 @@ from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
-    args = {"eagle@k3": {"k": 3},
+    args = {"eagle@k3": {"k": 3, "policy": "fixed"},
             "eagle@adaptive": {"k": 6, "policy": "adaptive"},
             "eagle@smartspec": {"k": 6, "policy": "smartspec"}}
     return dataclasses.replace(

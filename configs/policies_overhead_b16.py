@@ -10,7 +10,7 @@ from specjax.experiment import BenchConfig, load_config
 
 def get_config() -> BenchConfig:
     base = load_config(Path(__file__).with_name("policies_overhead.py"))
-    args = {"eagle@k3": {"k": 3}, **base.method_args}
+    args = {"eagle@k3": {"k": 3, "policy": "fixed"}, **base.method_args}
     return dataclasses.replace(
         base,
         methods=("ar", *args),

@@ -27,7 +27,7 @@ DYNAMIC = ("confidence", "adaptive", "specdec++", "heuristic", "dsde", "gammatun
 
 
 def get_config() -> BenchConfig:
-    fixed = {f"eagle@k{k}": {"k": k} for k in (1, 2, 3, 4)}
+    fixed = {f"eagle@k{k}": {"k": k, "policy": "fixed"} for k in (1, 2, 3, 4)}
     dynamic = {f"eagle@{p}": {"k": 6, "policy": p} for p in DYNAMIC}
     for p in ("adaptive", "smartspec"):  # as run: before draft costs were measured
         dynamic[f"eagle@{p}"]["draft_cost"] = 0

@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import os
 import time
+import warnings
 from typing import Any, Callable, Sequence
 
 import jax
@@ -275,6 +276,21 @@ def generate(
     greedy = sampling.greedy
     loop = make_loop(model, drafter=drafter, policy=policy, verifier=verifier, greedy=greedy,
                      eos_ids=eos_ids)
+    off = drafting_off(loop)
+    if off is not None:  # the policy cannot draft here: plain decoding is what it would run
+        warnings.warn(f"{drafter.name} with policy {loop.policy.name}: {off}; decoding plainly",
+                      DraftingOffWarning, stacklevel=2)
+        res = generate(model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
+                       eos_ids=eos_ids, batch_size=batch_size, cache_len=cache_len,
+                       progress=progress, mesh=mesh)
+        n, K = len(res.tokens), int(drafter.max_k)
+        res.extra.update(describe_loop(loop))
+        res.extra.update({"exact": True, "drafting": f"off: {off}", "drafted": [0] * n,
+                          "accepted": [0] * n, "drafted_at": [[0] * K for _ in range(n)],
+                          "accepted_at": [[0] * K for _ in range(n)]})
+        if getattr(drafter, "observe", None) is not None:  # it learns from outputs all the same
+            drafter.observe(prompts, res.tokens)
+        return res
     _, params = nnx.split(model)
     if getattr(drafter, "begin_call", None) is not None:
         drafter.begin_call()  # what a drafter carries within one call starts afresh
@@ -372,6 +388,22 @@ def generate(
         if progress is not None:
             progress(n_real)
     return res
+
+
+class DraftingOffWarning(UserWarning):
+    """A speculative run decodes plainly: its policy says no draft can pay (see
+    :func:`drafting_off`)."""
+
+
+def drafting_off(loop: DecodeLoop) -> str | None:
+    """Why ``loop``'s policy cannot draft in any step, whatever it observes (its optional
+    ``never_drafts()`` hook: a cost-aware policy whose measured costs say that no draft pays
+    even when every drafted token is accepted, e.g. the EAGLE head at batch 16 on a 2-core
+    CPU), or None. :func:`generate` then runs plain decoding, which is what such a loop would
+    compute at a higher price (every step an idle step): the same tokens (greedy) or the same
+    distribution (sampling), ``result.extra["drafting"]`` saying so."""
+    hook = getattr(loop.policy, "never_drafts", None) if loop.speculative else None
+    return hook() if hook is not None else None
 
 
 def describe_loop(loop: DecodeLoop) -> dict:

@@ -36,6 +36,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"k": 3},
 }
+# defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
+# drafts only where this machine's measured costs say it pays. On the project's 2-core CPU
+# the EAGLE-3 head's fixed k = 3 ran at 0.84x of plain decoding at batch 4 and 0.87x at batch
+# 16, `adaptive` with the measured verify curve and draft costs at 0.99x at batch 4, and at
+# batch 16 its costs say no draft pays at all, so it decodes plainly (specjax.engine.
+# drafting_off); docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the
+# fixed lengths above stay (the measured best there; no first-use measurement in the demo).
+BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
+    name: {"policy": "adaptive"}
+    for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")
+}
 
 
 class Method(NamedTuple):
@@ -126,7 +137,9 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's verify-cost curve is
     measured (and cached) for it (:mod:`specjax.cost_curves`), and so is the drafter's own
-    cost per drafted token where the policy counts it (:mod:`specjax.draft_costs`)."""
+    cost per drafted token where the policy counts it (:mod:`specjax.draft_costs`). Above
+    batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
+    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length."""
     args = dict(args or {})
     name = base_method(name)
     if name not in METHODS:
@@ -136,7 +149,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
             raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
         return Method(None, None, None)
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
-    defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {})}
+    defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
+                **(BATCHED_DEFAULTS.get(name, {}) if chain and batch > 1 else {})}
     merged = _fold_legacy_tree_keys(name, {**defaults, **args})
     args = _fold_legacy_tree_keys(name, args)
     pol_name = str(merged.pop("policy", "fixed"))

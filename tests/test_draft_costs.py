@@ -251,3 +251,86 @@ def test_adaptive_batch_drafts_only_when_the_batch_step_pays():
     assert decide([high, low]) == [0, 0]
     # a finished row neither counts nor drafts
     assert decide([high, low], live=[True, False]) == [2, 0]
+
+
+def test_never_pays_by_hand():
+    """A cost model under which no draft can pay, even fully accepted, is recognised (and
+    named), and matches what the policy decides at the ceiling of its acceptance estimate."""
+    from specjax.policies.adaptive import never_pays
+    from specjax.policies.smartspec import SmartSpecPolicy
+
+    # k = 1 verifies 2 tokens (1.9), k = 2 and 3 a 4-token block (3.7): a drafting step costs
+    # 1.9 + 0.69 + 0.08, 3.7 + 0.69 + 0.16, 3.7 + 0.69 + 0.24 plain steps for at most 2, 3, 4
+    # tokens (0.999 acceptance: 1.999, 2.997, 3.994): gains 0.749, 0.659, 0.863
+    cost = (1.0, 1.9, 2.8, 3.7)
+    why = never_pays(cost, 3, 0.08, 0.69)
+    assert why is not None and "k = 3" in why and "3.99 tokens for 4.63 plain steps" in why
+    assert never_pays(cost, 3, 0.08, 0.0) is None  # 3.994 / 3.94 > 1
+    assert never_pays((1.0, 1.05), 1, 0.0, 0.0) is None
+    assert AdaptivePolicy(max_k=3, cost=cost, draft_cost=0.08, draft_overhead=0.69).never_drafts()
+    assert SmartSpecPolicy(max_k=3, cost=cost, draft_cost=0.08, draft_overhead=0.69).never_drafts()
+    assert AdaptivePolicy(max_k=3, cost=cost).never_drafts() is None
+    # the hook agrees with the policies' own decisions at full acceptance, on random costs
+    rng = np.random.default_rng(0)
+    full = AdaptiveState(accepted=jnp.asarray([1e6]), rejected=jnp.asarray([0.0]))
+    agree = {True: 0, False: 0}
+    for _ in range(200):
+        K = int(rng.integers(1, 6))
+        c = (1.0,) + tuple(np.round(1.0 + np.cumsum(rng.uniform(0.2, 1.0, K)), 3))
+        d, o = float(rng.uniform(0, 0.2)), float(rng.uniform(0, 1.5))
+        never = never_pays(c, K, d, o) is not None
+        for pol, st in ((AdaptivePolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o), full),
+                        (SmartSpecPolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o),
+                         jnp.asarray([0.999], jnp.float32))):
+            assert (np.asarray(pol.decide(st, None))[0] == 0) == never, (c, d, o, pol.name)
+        agree[never] += 1
+    assert min(agree.values()) > 30  # both outcomes were exercised
+
+
+def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
+    """A speculative run whose policy cannot draft runs plain decoding: the same tokens and
+    forwards as plain decoding, greedy and sampled, with a warning and the reason recorded."""
+    from specjax.engine import DraftingOffWarning, generate
+    from specjax.sampling import SamplingParams
+
+    m = methods.build("early_exit", lm, {"k": "3", "exit_layer": "1"})
+    pol = AdaptivePolicy(max_k=3, cost=(1.0, 1.9, 2.8, 3.7), draft_cost=0.08,
+                         draft_overhead=0.69)
+    prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
+    for sampling in (None, SamplingParams(temperature=0.8, seed=3)):
+        plain = generate(lm.model, prompts, max_new_tokens=12, sampling=sampling)
+        with pytest.warns(DraftingOffWarning, match="no draft pays"):
+            res = generate(lm.model, prompts, max_new_tokens=12, sampling=sampling,
+                           drafter=m.drafter, policy=pol)
+        assert res.tokens == plain.tokens
+        assert res.target_forwards == [len(t) for t in res.tokens]
+        assert res.extra["drafting"].startswith("off: no draft pays")
+        assert res.extra["method"] == "early_exit" and res.extra["policy"] == "adaptive"
+        assert res.extra["drafted"] == [0, 0] and res.extra["drafted_at"] == [[0] * 3] * 2
+    # a policy that can pay runs the speculative loop (no "drafting" entry)
+    res = generate(lm.model, prompts, max_new_tokens=12, drafter=m.drafter,
+                   policy=AdaptivePolicy(max_k=3, cost=(1.0, 1.05, 1.1, 1.15)))
+    assert "drafting" not in res.extra and res.tokens == plain_greedy(lm, prompts)
+
+
+def plain_greedy(lm, prompts):
+    from specjax.engine import generate
+
+    return generate(lm.model, prompts, max_new_tokens=12).tokens
+
+
+@pytest.mark.filterwarnings("ignore::specjax.cost_curves.CostCurveWarning")
+def test_model_based_chains_default_to_adaptive_above_batch_one(lm, monkeypatch):
+    monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps(2.4, ratio_1=1.9))
+    monkeypatch.setattr("specjax.bench.curve.verify_curve", flat_curve)
+    assert methods.build("early_exit", lm, {"exit_layer": "1"}).policy.name == "fixed"
+    m = methods.build("early_exit", lm, {"exit_layer": "1"}, batch=4)
+    assert m.policy.name == "adaptive" and m.policy.max_k == 3
+    assert (m.policy.draft_cost, m.policy.draft_overhead) == pytest.approx((0.25, 0.15))
+    # pinned, or a tree (which keeps its own shape): fixed
+    assert methods.build("early_exit", lm, {"exit_layer": "1", "policy": "fixed"},
+                         batch=4).policy.name == "fixed"
+    assert methods.build("early_exit", lm, {"exit_layer": "1", "tree": "dynamic"},
+                         batch=4).policy.name == "fixed"
+    # model-free drafters keep their own defaults
+    assert methods.build("ngram", lm, {}, batch=4).policy.name == "fixed"

@@ -131,6 +131,26 @@ def drafting_step_cost(cost: tuple[float, ...], max_k: int, draft_cost: float,
     return bucketed_cost(cost, max_k) + k * draft_cost + jnp.where(k > 0, draft_overhead, 0.0)
 
 
+def never_pays(cost: tuple[float, ...], max_k: int, draft_cost: float, draft_overhead: float,
+               min_gain: float = 1.0) -> str | None:
+    """Why no draft of 1..``max_k`` tokens can beat plain decoding under this cost model even
+    when every drafted token is accepted (the acceptance estimate at its ceiling, 0.999), or
+    None when some draft can. A cost-aware policy with such costs never drafts: its runs
+    decode plainly (:func:`specjax.engine.generate`)."""
+    import numpy as np
+
+    step = np.asarray(drafting_step_cost(cost, max_k, draft_cost, draft_overhead))
+    best = np.asarray(geometric_tokens(jnp.full((1,), 0.999), max_k))[0]
+    gain = best[1:] / step[1:]
+    if float(gain.max()) > min_gain:
+        return None
+    k = int(gain.argmax()) + 1
+    return (f"no draft pays here even if every drafted token were accepted: the best, "
+            f"k = {k}, yields {best[k]:.2f} tokens for {step[k]:.2f} plain steps (verify "
+            f"{step[k] - draft_overhead - k * draft_cost:.2f}, drafting overhead "
+            f"{draft_overhead:.2f}, {k} x draft cost {draft_cost:.3f})")
+
+
 def check_draft_costs(policy) -> None:
     """``draft_cost`` and ``draft_overhead`` of a cost-aware policy are numbers >= 0."""
     for f in ("draft_cost", "draft_overhead"):
@@ -197,6 +217,12 @@ class AdaptivePolicy:
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)
         return AdaptiveState(accepted=z, rejected=z)
+
+    def never_drafts(self) -> str | None:
+        """The reason this policy cannot draft whatever it observes (see
+        :func:`never_pays`), or None."""
+        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead,
+                          self.min_gain)
 
     def _acceptance(self, state: AdaptiveState) -> jnp.ndarray:
         """The per-token acceptance estimate of each row, ``[B]``."""

@@ -28,6 +28,12 @@ A policy that never gives every row ``k = 0`` (``fixed``) may say so with a clas
 ``backs_off = False``: the decode loop then compiles no idle steps for it (a step where no row
 drafts runs as a plain step plus the drafter's ``skip``; absent, ``backs_off`` is True).
 
+An optional host-side hook ``never_drafts() -> str | None`` says, before a run, that the
+policy cannot draft in it whatever it observes (a cost-aware policy whose cost model says no
+draft pays even when every drafted token is accepted): it returns the reason, and
+:func:`specjax.engine.generate` then decodes plainly instead of running the speculative loop
+(``result.extra["drafting"]`` says so).
+
 An optional host-side hook ``stats(state) -> {name: int[B]}`` adds per-row counters of the
 policy's final state to ``GenerationResult.extra`` (``pearl`` counts its rounds per mode).
 

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from specjax.errors import PolicyError
 from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, check_draft_costs,
-                                       drafting_step_cost, geometric_tokens)
+                                       drafting_step_cost, geometric_tokens, never_pays)
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
@@ -86,6 +86,11 @@ class SmartSpecPolicy:
     def step_cost(self) -> jax.Array:
         """``T(k)`` for k = 0..max_k, relative to a plain step."""
         return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
+
+    def never_drafts(self) -> str | None:
+        """The reason this policy cannot draft whatever it observes (no ``k >= 1`` beats one
+        token per plain step even at full acceptance: :func:`never_pays`), or None."""
+        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
 
     def expected_tokens(self, state) -> jax.Array:
         """``E_i(k)``, ``[B, max_k + 1]``."""
