@@ -489,7 +489,14 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_eagle_lookup_orders", "eagle_lookup with one source per "
+    for name, title in (("bench_policies_default_batched", "The model-based drafters' default "
+                                                           "policy above batch 1 (adaptive, "
+                                                           "plain decoding where no draft can "
+                                                           "pay) against fixed k = 3, "
+                                                           "Spec-Bench (1 question per "
+                                                           "category), batch 4 and 16 (issue "
+                                                           "23)"),
+                        ("bench_eagle_lookup_orders", "eagle_lookup with one source per "
                                                       "lookup match order, against eagle, "
                                                       "Spec-Bench, 1 question per category, "
                                                       "3 repeats"),

@@ -396,10 +396,10 @@ class DraftingOffWarning(UserWarning):
 
 
 def drafting_off(loop: DecodeLoop) -> str | None:
-    """Why ``loop``'s policy cannot draft in any step, whatever it observes (its optional
+    """Why ``loop``'s policy will not draft in any step of a run (its optional
     ``never_drafts()`` hook: a cost-aware policy whose measured costs say that no draft pays
-    even when every drafted token is accepted, e.g. the EAGLE head at batch 16 on a 2-core
-    CPU), or None. :func:`generate` then runs plain decoding, which is what such a loop would
+    at the acceptance estimate it starts from, which does not move while nothing is drafted;
+    e.g. the EAGLE-3 head at batch 4 and 16 on a 2-core CPU), or None. :func:`generate` then runs plain decoding, which is what such a loop would
     compute at a higher price (every step an idle step): the same tokens (greedy) or the same
     distribution (sampling), ``result.extra["drafting"]`` saying so."""
     hook = getattr(loop.policy, "never_drafts", None) if loop.speculative else None

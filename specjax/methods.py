@@ -39,10 +39,10 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
 # drafts only where this machine's measured costs say it pays. On the project's 2-core CPU
 # the EAGLE-3 head's fixed k = 3 ran at 0.84x of plain decoding at batch 4 and 0.87x at batch
-# 16, `adaptive` with the measured verify curve and draft costs at 0.99x at batch 4, and at
-# batch 16 its costs say no draft pays at all, so it decodes plainly (specjax.engine.
-# drafting_off); docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the
-# fixed lengths above stay (the measured best there; no first-use measurement in the demo).
+# 16; `adaptive` with the measured verify curve and draft costs finds that no draft pays
+# there at its prior acceptance and decodes plainly (specjax.engine.drafting_off);
+# docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the fixed lengths
+# above stay (the measured best there; no first-use measurement in the demo).
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"policy": "adaptive"}
     for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")

@@ -4,6 +4,7 @@ policies counting it, and methods.build filling it in."""
 
 import json
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -254,8 +255,9 @@ def test_adaptive_batch_drafts_only_when_the_batch_step_pays():
 
 
 def test_never_pays_by_hand():
-    """A cost model under which no draft can pay, even fully accepted, is recognised (and
-    named), and matches what the policy decides at the ceiling of its acceptance estimate."""
+    """A cost model under which no draft can pay, fully accepted or at the policy's prior, is
+    recognised (and named), and agrees with what the policies decide from their initial
+    state, which a step without drafts does not move."""
     from specjax.policies.adaptive import never_pays
     from specjax.policies.smartspec import SmartSpecPolicy
 
@@ -265,26 +267,44 @@ def test_never_pays_by_hand():
     cost = (1.0, 1.9, 2.8, 3.7)
     why = never_pays(cost, 3, 0.08, 0.69)
     assert why is not None and "k = 3" in why and "3.99 tokens for 4.63 plain steps" in why
+    assert "every drafted token" in why
     assert never_pays(cost, 3, 0.08, 0.0) is None  # 3.994 / 3.94 > 1
     assert never_pays((1.0, 1.05), 1, 0.0, 0.0) is None
+    # at acceptance 0.5 the same cheap block (1.05 for 2 tokens) yields 1.5 tokens: pays; with
+    # an overhead of 0.5 (1.5 / 1.55) it does not
+    assert never_pays((1.0, 1.05), 1, 0.0, 0.0, acceptance=0.5) is None
+    why = never_pays((1.0, 1.05), 1, 0.0, 0.5, acceptance=0.5)
+    assert why is not None and "starts from (0.50)" in why and "1.50 tokens for 1.55" in why
     assert AdaptivePolicy(max_k=3, cost=cost, draft_cost=0.08, draft_overhead=0.69).never_drafts()
     assert SmartSpecPolicy(max_k=3, cost=cost, draft_cost=0.08, draft_overhead=0.69).never_drafts()
-    assert AdaptivePolicy(max_k=3, cost=cost).never_drafts() is None
-    # the hook agrees with the policies' own decisions at full acceptance, on random costs
+    assert AdaptivePolicy(max_k=3, cost=(1.0, 1.05, 1.1, 1.15)).never_drafts() is None
+    # the prior decides: an optimistic prior drafts where the default one (0.5) does not
+    assert AdaptivePolicy(max_k=1, cost=(1.0, 1.05), draft_overhead=0.5).never_drafts()
+    assert AdaptivePolicy(max_k=1, cost=(1.0, 1.05), draft_overhead=0.5, prior_accepted=9.0,
+                          prior_rejected=1.0).never_drafts() is None
+    with pytest.raises(PolicyError, match="prior_accepted and prior_rejected"):
+        AdaptivePolicy(max_k=1, prior_accepted=0.0, prior_rejected=0.0)
+    # the hook agrees with the policies' own decisions from their initial state, on random
+    # costs, and that state is a fixed point of a step that drafts nothing
     rng = np.random.default_rng(0)
-    full = AdaptiveState(accepted=jnp.asarray([1e6]), rejected=jnp.asarray([0.0]))
     agree = {True: 0, False: 0}
+    zero = jnp.zeros((2,), jnp.int32)
     for _ in range(200):
         K = int(rng.integers(1, 6))
-        c = (1.0,) + tuple(np.round(1.0 + np.cumsum(rng.uniform(0.2, 1.0, K)), 3))
-        d, o = float(rng.uniform(0, 0.2)), float(rng.uniform(0, 1.5))
-        never = never_pays(c, K, d, o) is not None
-        for pol, st in ((AdaptivePolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o), full),
-                        (SmartSpecPolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o),
-                         jnp.asarray([0.999], jnp.float32))):
-            assert (np.asarray(pol.decide(st, None))[0] == 0) == never, (c, d, o, pol.name)
-        agree[never] += 1
-    assert min(agree.values()) > 30  # both outcomes were exercised
+        c = (1.0,) + tuple(np.round(1.0 + np.cumsum(rng.uniform(0.0, 0.8, K)), 3))
+        d, o = float(rng.uniform(0, 0.2)), float(rng.uniform(0, 1.0))
+        for pol in (AdaptivePolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o,
+                                   prior_accepted=float(rng.uniform(0.5, 9))),
+                    SmartSpecPolicy(max_k=K, cost=c, draft_cost=d, draft_overhead=o,
+                                    prior=float(rng.uniform(0.3, 0.95)))):
+            never = pol.never_drafts() is not None
+            st = pol.init(2)
+            assert (np.asarray(pol.decide(st, None)) == 0).all() == never, (c, d, o, pol)
+            after = pol.update(st, zero, zero, zero)
+            for x, y in zip(jax.tree_util.tree_leaves(after), jax.tree_util.tree_leaves(st)):
+                np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6)
+            agree[never] += 1
+    assert min(agree.values()) > 40  # both outcomes were exercised
 
 
 def test_generate_decodes_plainly_when_no_draft_can_pay(lm):

@@ -132,23 +132,27 @@ def drafting_step_cost(cost: tuple[float, ...], max_k: int, draft_cost: float,
 
 
 def never_pays(cost: tuple[float, ...], max_k: int, draft_cost: float, draft_overhead: float,
-               min_gain: float = 1.0) -> str | None:
-    """Why no draft of 1..``max_k`` tokens can beat plain decoding under this cost model even
-    when every drafted token is accepted (the acceptance estimate at its ceiling, 0.999), or
-    None when some draft can. A cost-aware policy with such costs never drafts: its runs
-    decode plainly (:func:`specjax.engine.generate`)."""
+               min_gain: float = 1.0, acceptance: float = 0.999) -> str | None:
+    """Why no draft of 1..``max_k`` tokens beats ``min_gain`` tokens per plain step under this
+    cost model when each drafted token is accepted with probability ``acceptance`` (default:
+    the estimate's ceiling, 0.999: then no draft can pay at all), or None when some draft
+    does. A cost-aware policy whose acceptance estimate starts at a value where nothing pays,
+    and does not move while it drafts nothing, never drafts: its runs decode plainly
+    (:func:`specjax.engine.drafting_off`)."""
     import numpy as np
 
     step = np.asarray(drafting_step_cost(cost, max_k, draft_cost, draft_overhead))
-    best = np.asarray(geometric_tokens(jnp.full((1,), 0.999), max_k))[0]
+    best = np.asarray(geometric_tokens(jnp.full((1,), acceptance), max_k))[0]
     gain = best[1:] / step[1:]
     if float(gain.max()) > min_gain:
         return None
     k = int(gain.argmax()) + 1
-    return (f"no draft pays here even if every drafted token were accepted: the best, "
-            f"k = {k}, yields {best[k]:.2f} tokens for {step[k]:.2f} plain steps (verify "
-            f"{step[k] - draft_overhead - k * draft_cost:.2f}, drafting overhead "
-            f"{draft_overhead:.2f}, {k} x draft cost {draft_cost:.3f})")
+    when = ("even if every drafted token were accepted" if acceptance >= 0.999 else
+            f"at the acceptance estimate it starts from ({acceptance:.2f}), which does not "
+            f"move while nothing is drafted")
+    return (f"no draft pays {when}: the best, k = {k}, yields {best[k]:.2f} tokens for "
+            f"{step[k]:.2f} plain steps (verify {step[k] - draft_overhead - k * draft_cost:.2f}"
+            f", drafting overhead {draft_overhead:.2f}, {k} x draft cost {draft_cost:.3f})")
 
 
 def check_draft_costs(policy) -> None:
@@ -206,6 +210,11 @@ class AdaptivePolicy:
         check_max_k(self.name, self.max_k)
         if not 0.0 < self.decay <= 1.0:
             raise PolicyError(f"decay must be in (0, 1], got {self.decay!r}")
+        if not (self.prior_accepted >= 0 and self.prior_rejected >= 0
+                and self.prior_accepted + self.prior_rejected > 0):
+            raise PolicyError(f"policy 'adaptive': prior_accepted and prior_rejected must be "
+                              f">= 0 with a positive sum, got {self.prior_accepted!r} and "
+                              f"{self.prior_rejected!r}")
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
             raise PolicyError("cost must be a non-empty list of positive relative costs")
         check_draft_costs(self)
@@ -219,10 +228,12 @@ class AdaptivePolicy:
         return AdaptiveState(accepted=z, rejected=z)
 
     def never_drafts(self) -> str | None:
-        """The reason this policy cannot draft whatever it observes (see
-        :func:`never_pays`), or None."""
+        """Why this policy will not draft in a run, or None: at its initial state (the prior
+        estimate, every row alike) no draft pays (:func:`never_pays`), and a step that drafts
+        nothing leaves the counts at zero, so the estimate never leaves the prior."""
+        a0 = self.prior_accepted / (self.prior_accepted + self.prior_rejected)
         return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead,
-                          self.min_gain)
+                          self.min_gain, acceptance=min(a0, 0.999))
 
     def _acceptance(self, state: AdaptiveState) -> jnp.ndarray:
         """The per-token acceptance estimate of each row, ``[B]``."""

@@ -29,8 +29,9 @@ A policy that never gives every row ``k = 0`` (``fixed``) may say so with a clas
 drafts runs as a plain step plus the drafter's ``skip``; absent, ``backs_off`` is True).
 
 An optional host-side hook ``never_drafts() -> str | None`` says, before a run, that the
-policy cannot draft in it whatever it observes (a cost-aware policy whose cost model says no
-draft pays even when every drafted token is accepted): it returns the reason, and
+policy will not draft in it (a cost-aware policy whose cost model says no draft pays at the
+acceptance estimate it starts from, and whose estimate does not move while nothing is
+drafted): it returns the reason, and
 :func:`specjax.engine.generate` then decodes plainly instead of running the speculative loop
 (``result.extra["drafting"]`` says so).
 

@@ -88,9 +88,11 @@ class SmartSpecPolicy:
         return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
 
     def never_drafts(self) -> str | None:
-        """The reason this policy cannot draft whatever it observes (no ``k >= 1`` beats one
-        token per plain step even at full acceptance: :func:`never_pays`), or None."""
-        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
+        """Why this policy will not draft in a run, or None: at its prior acceptance rate no
+        ``k >= 1`` beats one token per plain step (:func:`never_pays`), and a step without a
+        draft relaxes the rate towards the prior, where it already is."""
+        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead,
+                          acceptance=self.prior)
 
     def expected_tokens(self, state) -> jax.Array:
         """``E_i(k)``, ``[B, max_k + 1]``."""

@@ -1,0 +1,32 @@
+"""Issue 23: the model-based drafters' default policy above batch 1.
+
+Since 2026-11-28 a model-based chain drafter (eagle, medusa, hydra, draft_model, early_exit,
+layer_skip) built for a batch of more than one row defaults to `adaptive` with this machine's
+measured verify curve and draft costs (`specjax.methods.BATCHED_DEFAULTS`), and a run whose
+measured costs say that no draft can pay even fully accepted decodes plainly
+(`specjax.engine.drafting_off`). This run checks the EAGLE-3 head's default against its old
+default (fixed k = 3, pinned) and plain decoding of the same batch size at batch 4 and 16:
+one question per Spec-Bench category (13 prompts), 64 new tokens, greedy, float32, one static
+cache of 896 positions, as configs/policies_overhead.py. At batch 1 both are fixed k = 3 (the
+primary per-category rows). Journaled: `specjax bench --config
+configs/policies_default_batched.py --time-limit MINUTES`, rerun the same command to
+continue."""
+
+from specjax.experiment import BenchConfig
+
+
+def get_config() -> BenchConfig:
+    args = {"eagle": {}, "eagle@k3": {"k": 3, "policy": "fixed"}}
+    return BenchConfig(
+        methods=("ar", *args),
+        method_args=args,
+        prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
+        limit=1,
+        max_new_tokens=64,
+        batch_sizes=(4, 16),
+        repeats=1,
+        cache_len=896,
+        journal="docs/results/policies_default_batched.journal.jsonl",
+        output="docs/results/bench_policies_default_batched.json",
+        plot="docs/results/bench_policies_default_batched.png",
+    )
