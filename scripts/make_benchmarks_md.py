@@ -489,7 +489,11 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_default_batched", "The model-based drafters' default "
+    for name, title in (("bench_policies_default_b1", "The heads at batch 1: fixed k = 3 (the "
+                                                      "default) against adaptive with measured "
+                                                      "costs, Spec-Bench (1 question per "
+                                                      "category; issue 23)"),
+                        ("bench_policies_default_batched", "The model-based drafters' default "
                                                            "policy above batch 1 (adaptive, "
                                                            "plain decoding where no draft can "
                                                            "pay) against fixed k = 3, "

@@ -277,7 +277,7 @@ def generate(
     loop = make_loop(model, drafter=drafter, policy=policy, verifier=verifier, greedy=greedy,
                      eos_ids=eos_ids)
     off = drafting_off(loop)
-    if off is not None:  # the policy cannot draft here: plain decoding is what it would run
+    if off is not None:  # the policy would never draft: plain decoding is what it runs
         warnings.warn(f"{drafter.name} with policy {loop.policy.name}: {off}; decoding plainly",
                       DraftingOffWarning, stacklevel=2)
         res = generate(model, prompts, max_new_tokens=max_new_tokens, sampling=sampling,
@@ -391,7 +391,7 @@ def generate(
 
 
 class DraftingOffWarning(UserWarning):
-    """A speculative run decodes plainly: its policy says no draft can pay (see
+    """A speculative run decodes plainly: its policy says it would never draft (see
     :func:`drafting_off`)."""
 
 
@@ -399,9 +399,10 @@ def drafting_off(loop: DecodeLoop) -> str | None:
     """Why ``loop``'s policy will not draft in any step of a run (its optional
     ``never_drafts()`` hook: a cost-aware policy whose measured costs say that no draft pays
     at the acceptance estimate it starts from, which does not move while nothing is drafted;
-    e.g. the EAGLE-3 head at batch 4 and 16 on a 2-core CPU), or None. :func:`generate` then runs plain decoding, which is what such a loop would
-    compute at a higher price (every step an idle step): the same tokens (greedy) or the same
-    distribution (sampling), ``result.extra["drafting"]`` saying so."""
+    e.g. the EAGLE-3 head at batch 4 and 16 on a 2-core CPU), or None. :func:`generate` then
+    runs plain decoding, which is what such a loop would compute at a higher price (every
+    step an idle step): the same tokens (greedy) or the same distribution (sampling),
+    ``result.extra["drafting"]`` saying so."""
     hook = getattr(loop.policy, "never_drafts", None) if loop.speculative else None
     return hook() if hook is not None else None
 
