@@ -10,7 +10,10 @@ category (13 prompts), 64 new tokens, greedy, float32, one static cache of 896 p
 configs/policies_overhead.py. Journaled: `specjax bench --config configs/policies_default_b1.py
 --time-limit MINUTES`, rerun the same command to continue."""
 
-from specjax.experiment import BenchConfig
+import dataclasses
+from pathlib import Path
+
+from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
@@ -18,14 +21,11 @@ def get_config() -> BenchConfig:
     for head in ("eagle", "hydra", "medusa"):
         args[f"{head}@k3"] = {"k": 3, "policy": "fixed"}
         args[f"{head}@adaptive"] = {"k": 3, "policy": "adaptive"}
-    return BenchConfig(
+    return dataclasses.replace(  # the prompts and budgets of configs/policies_draft_cost.py
+        load_config(Path(__file__).with_name("policies_draft_cost.py")),
         methods=("ar", *args),
         method_args=args,
-        prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
-        limit=1,
-        max_new_tokens=64,
-        repeats=1,
-        cache_len=896,
+        batch_sizes=None,
         journal="docs/results/policies_default_b1.journal.jsonl",
         output="docs/results/bench_policies_default_b1.json",
         plot="docs/results/bench_policies_default_b1.png",

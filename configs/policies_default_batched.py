@@ -12,20 +12,19 @@ primary per-category rows). Journaled: `specjax bench --config
 configs/policies_default_batched.py --time-limit MINUTES`, rerun the same command to
 continue."""
 
-from specjax.experiment import BenchConfig
+import dataclasses
+from pathlib import Path
+
+from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
     args = {"eagle": {}, "eagle@k3": {"k": 3, "policy": "fixed"}}
-    return BenchConfig(
+    return dataclasses.replace(  # the prompts and budgets of configs/policies_draft_cost.py
+        load_config(Path(__file__).with_name("policies_draft_cost.py")),
         methods=("ar", *args),
         method_args=args,
-        prompts="spec_bench:../shared/data/spec_bench/question.jsonl",
-        limit=1,
-        max_new_tokens=64,
         batch_sizes=(4, 16),
-        repeats=1,
-        cache_len=896,
         journal="docs/results/policies_default_batched.journal.jsonl",
         output="docs/results/bench_policies_default_batched.json",
         plot="docs/results/bench_policies_default_batched.png",
