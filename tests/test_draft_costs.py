@@ -317,8 +317,10 @@ def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
     pol = AdaptivePolicy(max_k=3, cost=(1.0, 1.9, 2.8, 3.7), draft_cost=0.08,
                          draft_overhead=0.69)
     prompts = [[1, 2, 3, 4, 5], [7, 8, 9]]
+    plain_tokens = {}
     for sampling in (None, SamplingParams(temperature=0.8, seed=3)):
         plain = generate(lm.model, prompts, max_new_tokens=12, sampling=sampling)
+        plain_tokens[sampling is None] = plain.tokens
         with pytest.warns(DraftingOffWarning, match="no draft pays"):
             res = generate(lm.model, prompts, max_new_tokens=12, sampling=sampling,
                            drafter=m.drafter, policy=pol)
@@ -330,13 +332,7 @@ def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
     # a policy that can pay runs the speculative loop (no "drafting" entry)
     res = generate(lm.model, prompts, max_new_tokens=12, drafter=m.drafter,
                    policy=AdaptivePolicy(max_k=3, cost=(1.0, 1.05, 1.1, 1.15)))
-    assert "drafting" not in res.extra and res.tokens == plain_greedy(lm, prompts)
-
-
-def plain_greedy(lm, prompts):
-    from specjax.engine import generate
-
-    return generate(lm.model, prompts, max_new_tokens=12).tokens
+    assert "drafting" not in res.extra and res.tokens == plain_tokens[True]
 
 
 @pytest.mark.filterwarnings("ignore::specjax.cost_curves.CostCurveWarning")
