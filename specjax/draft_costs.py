@@ -1,30 +1,36 @@
-"""The drafter's own cost, per drafted token and per drafting step, measured on the machine
-it runs on, cached.
+"""What a speculative step costs on the machine it runs on, measured in the decode loop,
+cached: the cost model of the cost-aware policies (``adaptive``, ``smartspec``) for a
+model-based drafter.
 
-A speculative step that drafts ``k >= 1`` tokens costs about ``verify_B(k + 1) + o_B + k * d_B``
-plain decoding steps of the same batch size ``B``: the verify forward over ``k + 1`` tokens per
-row (the verify-cost curve, :mod:`specjax.cost_curves`), a fixed overhead ``o_B`` of any step
-that drafts (the drafter's catch-up pass and update, the tree bookkeeping, the commit) and
-``k`` draft steps of the drafter. A step that drafts nothing is an idle step (docs/design.md)
-and costs a plain step. For prompt lookup ``d_B`` and ``o_B`` are about 0; for a trained head
-on one row of a 2-core CPU ``d_B`` is a few percent of a target step; at batch 4 on the same
-CPU the EAGLE-3 head's step costs about a third of a plain batch-4 step per drafted token plus
-a quarter of a step for drafting at all (docs/benchmarks_notes.md), which is why drafting that
-pays at batch 1 does not pay there. A cost-aware policy (``adaptive``, ``smartspec``) that
-leaves them out keeps drafting where it loses.
+A step that drafts ``k >= 1`` tokens costs the verify forward over ``k + 1`` tokens per row, the
+drafter's ``k`` draft steps and its bookkeeping (the catch-up pass, the tree, the commit);
+a step that drafts nothing is an idle step, about a plain step (on the project's CPU at batch
+1, 0.97 and 1.06 plain steps with the EAGLE-3 and Hydra++ heads). For prompt lookup the
+drafting is about free; for a trained head on one row of a 2-core CPU one more drafted token
+costs a few percent of a target step, at batch 4 about a third of one, which is why drafting
+that pays at batch 1 does not pay there. A cost-aware policy that leaves it out keeps drafting
+where it loses.
 
-:func:`measured_draft_costs` measures both inside the decode loop, where they are paid: the
-seconds per target forward of plain decoding and of the drafter drafting ``k = 1`` and
-``k = K = max_k`` every step, on the same synthetic prompt at the batch size's bucket. With
-the measured verify curve, the excess of each over its verify block is ``e_1`` and ``e_K``;
-then ``d_B = max(0, (e_K - e_1) / (K - 1))`` and ``o_B = max(0, e_1 - d_B)`` (for ``K = 1``:
-``d_B = e_1``, ``o_B = 0``). Three compiles and a few seconds of decoding on first use;
-cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model, batch bucket,
-drafter and its options), reused after. The mode is the cost curve's
-(``$SPECJAX_COST_CURVE``, or ``draft_cost=auto|builtin|refresh``): ``builtin`` measures
-nothing and gives 0 (the behaviour before draft costs were counted; the test suite's mode).
-Model-free drafters (``model_free = True``: prompt lookup, n-gram, suffix structures, Token
-Recycling, STAND, SSSD) draft by lookup and get 0 without measuring.
+:func:`measured_step_costs` times the whole step where it is paid: seconds per target
+forward of plain decoding and of the drafter drafting ``k`` tokens every step, for ``k`` the
+largest draft of each verify block size the engine compiles (``k = 1`` and ``k = 3`` for
+``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket.
+The policy's ``step_cost[k]`` is the ratio timed at the largest ``k'`` of ``k``'s block (a
+shorter draft into the same block saves only its draft steps, not counted), never decreasing in
+``k``, and 1 for ``k = 0``. A few compiles and seconds of decoding on first use; cached as JSON
+in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model, batch bucket, drafter and its options),
+reused after. The mode is the cost curve's (``$SPECJAX_COST_CURVE``, or
+``draft_cost=auto|builtin|refresh``): ``builtin`` measures nothing (the policy then uses the
+built-in verify curve and nothing for drafting, the test suite's mode). Model-free drafters
+(``model_free = True``: prompt lookup, n-gram, suffix structures, Token Recycling, STAND,
+SSSD) draft by lookup and are not measured.
+
+Format 3 of this cache split the two timed steps into a cost per drafted token and a fixed
+overhead against the verify-cost curve, which is timed on lone forwards in another process:
+on this CPU that model priced the EAGLE-3 head's 3-token step at 1.45 plain steps where the
+loop took 1.20 (the curve's 2-token block read 0.88 of a one-token forward, and the split
+clamped the negative per-token cost to 0), so ``adaptive`` drafted less than paid
+(docs/benchmarks_notes.md). Both points are now used as timed.
 """
 
 from __future__ import annotations
@@ -39,9 +45,10 @@ from specjax import atomic, cost_curves
 from specjax.errors import PolicyError
 from specjax.fingerprint import cache_root
 
-# 3: measured after the exact numerics' verify step stopped copying every layer's KV cache
-# (2026-11-27): costs of format 2 included those copies (the more, the larger the batch)
-FORMAT = "specjax-draft-cost-3"
+# 4: the timed steps are the policy's step costs (2026-11-28); 3: split into a per-token cost
+# and an overhead against the verify curve, measured after the exact numerics' verify step
+# stopped copying every layer's KV cache (2026-11-27)
+FORMAT = "specjax-draft-cost-4"
 PREFIX = 128
 STEPS = 24
 REPEATS = 3
@@ -64,7 +71,7 @@ def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch:
 
 
 class DraftEvery:
-    """A policy that drafts ``k`` tokens in every row at every step (the probe's ``k = 1``)."""
+    """A policy that drafts ``k`` tokens in every row at every step (the probe's timed steps)."""
 
     backs_off = False  # never every row k = 0: no idle steps compiled
 
@@ -89,14 +96,22 @@ class DraftEvery:
         return state
 
 
+def timed_ks(max_k: int) -> tuple[int, ...]:
+    """The draft lengths whose steps are timed: the largest of each verify block size the
+    engine compiles for ``max_k`` (blocks 2, 4, ..., ``max_k + 1``: ``k = 1, 3, ..., max_k``)."""
+    from specjax.buckets import verify_buckets
+
+    return tuple(T - 1 for T in verify_buckets(int(max_k)) if T > 1)
+
+
 def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: int = STEPS,
                        repeats: int = REPEATS) -> dict:
     """Seconds per target forward of plain decoding (``plain_step_s``) and of ``drafter``
-    drafting its ``max_k`` (``step_s``) and, when ``max_k > 1``, one token (``step1_s``) every
-    step, ``batch`` rows of one synthetic prompt, greedy, no EOS. Each repeat decodes two token
-    budgets ``steps`` apart (one compiled program) and takes the difference, so the prefill and
-    the shorter drafts of the last steps cancel; median over ``repeats`` after a compiling
-    run."""
+    drafting ``k`` tokens every step for each ``k`` of :func:`timed_ks` (``step_s``, keyed by
+    ``str(k)``), ``batch`` rows of one synthetic prompt, greedy, no EOS. Each repeat decodes
+    two token budgets ``steps`` apart (one compiled program) and takes the difference, so the
+    prefill and the shorter drafts of the last steps cancel; median over ``repeats`` after a
+    compiling run."""
     from specjax.bench.curve import seconds_per_forward
     from specjax.buckets import cache_length
 
@@ -110,120 +125,98 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
         return seconds_per_forward(lm, d, prompt, batch, (short, long), cache_len, repeats,
                                    policy=policy)
 
-    out = {"plain_step_s": per_forward(None), "step_s": per_forward(drafter), "k": K,
-           "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}
-    if K > 1:
-        out["step1_s"] = per_forward(drafter, DraftEvery(K, 1))
-    return out
+    return {"plain_step_s": per_forward(None),
+            "step_s": {str(k): per_forward(drafter, DraftEvery(K, k)) for k in timed_ks(K)},
+            "k": K, "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}
 
 
-def draft_cost_from(step_ratio: float, verify: tuple[float, ...], K: int) -> float:
-    """``d = max(0, (step_ratio - verify_cost(K + 1)) / K)``, the verify block bucketed as the
-    engine buckets it."""
-    from specjax.policies.adaptive import bucketed_cost
+def step_costs_from(ratios: dict[int, float], max_k: int) -> tuple[float, ...]:
+    """``step_cost[k]`` for k = 0..``max_k`` from the step ratios timed at :func:`timed_ks`
+    (``{k: seconds per step / seconds per plain step}``): 1 for ``k = 0``, else the ratio of
+    the largest timed ``k'`` of ``k``'s verify block, never decreasing in ``k``.
 
-    v = float(bucketed_cost(tuple(verify), K)[K])
-    return max(0.0, (float(step_ratio) - v) / K)
-
-
-def split_draft_cost(ratio_1: float, ratio_K: float, verify: tuple[float, ...],
-                     K: int) -> tuple[float, float]:
-    """``(d, o)``: the cost per drafted token and the fixed overhead of a drafting step, from
-    the step ratios of drafting 1 and ``K`` tokens (see the module docstring); never
-    negative."""
-    from specjax.policies.adaptive import bucketed_cost
-
-    v = [float(c) for c in bucketed_cost(tuple(verify), K)]
-    e1 = float(ratio_1) - v[1]
-    if K == 1:
-        return max(0.0, e1), 0.0
-    d = max(0.0, (float(ratio_K) - v[K] - e1) / (K - 1))
-    return d, max(0.0, e1 - d)
+    Raises:
+      PolicyError: a timed length is missing or a ratio is not positive.
+    """
+    tops = timed_ks(max_k)
+    bad = [k for k in tops if not (k in ratios and float(ratios[k]) > 0)]
+    if bad:
+        raise PolicyError(f"step costs: no positive step ratio for k = {bad} (have "
+                          f"{dict(sorted(ratios.items()))})")
+    out, run = [1.0], 0.0
+    for k in range(1, int(max_k) + 1):
+        run = max(run, float(ratios[next(t for t in tops if t >= k)]))
+        out.append(round(run, 4))
+    return tuple(out)
 
 
-def measured_draft_cost(lm, drafter, drafter_name: str, drafter_args: dict | None = None,
-                        **kw) -> float:
-    """``d_B`` alone (:func:`measured_draft_costs`)."""
-    return measured_draft_costs(lm, drafter, drafter_name, drafter_args, **kw)[0]
-
-
-def measured_draft_costs(lm, drafter, drafter_name: str, drafter_args: dict | None = None, *,
-                         batch: int = 1, mode: str | None = None,
-                         directory: str | Path | None = None,
-                         measure: Callable[..., dict] | None = None,
-                         measure_curve: Callable[..., dict] | None = None,
-                         say: Callable[[str], None] | None = None) -> tuple[float, float]:
-    """``(d_B, o_B)``: one drafted token's cost and the fixed overhead of a step that drafts,
-    relative to a plain step at batch ``batch`` (see the module docstring), from the cache or
-    measured and cached.
+def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | None = None, *,
+                        batch: int = 1, mode: str | None = None,
+                        directory: str | Path | None = None,
+                        measure: Callable[..., dict] | None = None,
+                        say: Callable[[str], None] | None = None) -> tuple[float, ...] | None:
+    """``step_cost`` (k = 0..``drafter.max_k``) of a cost-aware policy: what a step that
+    drafts k tokens costs relative to a plain step at batch ``batch`` on this machine (see the
+    module docstring), from the cache or measured and cached; None when nothing is measured
+    (mode ``builtin``, or a model-free drafter).
 
     Args:
       lm: the target (a LoadedModel).
-      drafter: the built drafter (its ``max_k`` is the draft length measured).
+      drafter: the built drafter (its ``max_k`` is the longest draft timed).
       drafter_name, drafter_args: what keys the cache (the method name and its drafter
         options as given).
       batch: the batch size (bucketed as the verify curve's).
-      mode: ``auto`` / ``builtin`` / ``refresh`` (default ``$SPECJAX_COST_CURVE``, else auto);
-        ``builtin`` gives 0 (so does a model-free drafter, in every mode).
+      mode: ``auto`` / ``builtin`` / ``refresh`` (default ``$SPECJAX_COST_CURVE``, else auto).
       directory: the cache directory (default :func:`cache_dir`).
-      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s", "step1_s", ...}``
-        (default :func:`measure_step_ratio`; tests pass a fake; without ``step1_s`` the
-        overhead is 0 and all of the excess counts per drafted token).
-      measure_curve: the verify-curve probe handed to
-        :func:`specjax.cost_curves.measured_cost` (default its own).
+      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s": {str(k): s}}``
+        (default :func:`measure_step_ratio`; tests pass a fake).
       say: where the one-line "measuring ..." notice goes (default: stderr).
     """
     m = cost_curves.resolve_mode(mode)
     if m == "builtin" or getattr(drafter, "model_free", False):
-        return 0.0, 0.0
+        return None
     K = int(drafter.max_k)
     key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch)
-    d_dir = Path(directory) if directory is not None else None
-    path = cost_curves.curve_path(key, d_dir or cache_dir())  # the same key -> file naming
+    path = cost_curves.curve_path(key, Path(directory) if directory is not None
+                                  else cache_dir())  # the same key -> file naming
     if m == "auto" and path.exists():
         try:
             data = json.loads(path.read_text())
             if data.get("key") != key:
                 raise ValueError("written for another device, model or drafter")
-            d, o = float(data["draft_cost"]), float(data["draft_overhead"])
-            if not (d >= 0 and o >= 0):
-                raise ValueError(f"draft_cost {d!r} or draft_overhead {o!r} is negative")
-            return d, o
+            steps = tuple(float(c) for c in data["step_cost"])
+            if len(steps) != K + 1 or steps[0] != 1.0 or not all(c > 0 for c in steps):
+                raise ValueError(f"step_cost {list(steps)} is not {K + 1} positive costs "
+                                 "from 1")
+            return steps
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"draft cost: {path} cannot be used ({type(e).__name__}: {e}); "
                           "measuring it again", DraftCostWarning, stacklevel=2)
     bucket = key["batch"]
-    say = say or (lambda s: print(s, file=sys.stderr, flush=True))
-    verify = cost_curves.measured_cost(lm, K, bucket, mode=m, measure=measure_curve, say=say,
-                                       directory=None if d_dir is None else d_dir / "curves")
-    say(
-        f"measuring the draft cost of {drafter_name} (k = {K}, batch {bucket}) on this "
-        f"machine; cached in {path.parent}")
+    (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
+        f"measuring what a step of {drafter_name} costs (k = {list(timed_ks(K))}, batch "
+        f"{bucket}) on this machine; cached in {path.parent}")
     data = (measure or measure_step_ratio)(lm, drafter, bucket)
-    ratio = float(data["step_s"]) / float(data["plain_step_s"])
-    if "step1_s" in data:
-        ratio_1 = float(data["step1_s"]) / float(data["plain_step_s"])
-        d, o = split_draft_cost(ratio_1, ratio, verify, K)
-    else:
-        ratio_1, d, o = None, draft_cost_from(ratio, verify, K), 0.0
+    plain = float(data["plain_step_s"])
+    ratios = {int(k): float(s) / plain for k, s in data["step_s"].items()}
+    steps = step_costs_from(ratios, K)
     from specjax.bench.machine import utc_now
 
-    out = {**data, "step_ratio": round(ratio, 4),
-           "step1_ratio": None if ratio_1 is None else round(ratio_1, 4),
-           "draft_cost": round(d, 4), "draft_overhead": round(o, 4),
-           "verify_cost": [round(float(c), 4) for c in verify], "key": key,
-           "measured_at": utc_now(), "command": "specjax.draft_costs.measured_draft_cost"}
+    out = {**data, "step_ratio": {str(k): round(r, 4) for k, r in sorted(ratios.items())},
+           "step_cost": list(steps), "key": key, "measured_at": utc_now(),
+           "command": "specjax.draft_costs.measured_step_costs"}
     try:
         atomic.write_text(path, json.dumps(out, indent=1))
     except OSError as e:
         warnings.warn(f"draft cost: could not cache it in {path} ({e}); it is measured again "
                       "next time", DraftCostWarning, stacklevel=2)
-    return round(d, 4), round(o, 4)
+    return steps
 
 
 def parse_draft_cost(value):
-    """``draft_cost=`` of a policy: a number >= 0, or a mode (auto / builtin / refresh) that
-    :func:`specjax.methods.build` replaces with the measured cost."""
+    """``draft_cost=`` of a policy: a number >= 0, or a mode (auto / builtin / refresh): for
+    a model-based drafter :func:`specjax.methods.build` then measures ``step_cost`` (auto,
+    refresh) or counts nothing for drafting (builtin)."""
     if isinstance(value, str) and value.strip().lower() in cost_curves.MODES:
         return value.strip().lower()
     try:

@@ -113,31 +113,54 @@ def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
         args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode)
 
 
-def _fill_draft_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int,
-                     overhead: bool) -> None:
-    """``args["draft_cost"]`` (and ``args["draft_overhead"]`` where the policy has it): the
-    drafter's cost per drafted token and per drafting step on this machine at this batch size
-    (:mod:`specjax.draft_costs`) unless the caller gave a number; a mode picks how it is got.
-    A ``draft_cost`` given as a number leaves ``draft_overhead`` at its default (0) unless that
-    is given too."""
+def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> bool:
+    """``args["step_cost"]``: what a step that drafts k = 0..max_k tokens costs on this machine
+    at this batch size, measured in the decode loop (:mod:`specjax.draft_costs`), when the
+    caller left the policy's costs to measuring: no ``step_cost``, no ``draft_overhead``, and
+    ``draft_cost`` and ``cost`` unset or a mode (auto / refresh; ``builtin`` measures
+    nothing). True when it was filled (the verify curve and the draft costs then go unused
+    and are not measured)."""
+    from specjax import draft_costs
+
+    if args.get("step_cost") is not None or args.get("draft_overhead") is not None:
+        return False
+    modes = []
+    for field in ("draft_cost", "cost"):
+        raw = args.get(field)
+        if raw is None:
+            continue
+        value = (draft_costs.parse_draft_cost(raw) if field == "draft_cost" else
+                 str(raw).strip().lower())
+        if value not in cost_curves.MODES:  # a number or a curve: the caller's cost model
+            return False
+        modes.append(value)
+    steps = draft_costs.measured_step_costs(lm, drafter, name, d_args, batch=batch,
+                                            mode=modes[0] if modes else None)
+    if steps is None:
+        return False
+    args["step_cost"] = steps
+    args.pop("cost", None)
+    args["draft_cost"] = 0.0
+    return True
+
+
+def _fill_draft_cost(args: dict) -> None:
+    """``args["draft_cost"]`` as a number: a mode (auto / builtin / refresh) left over where
+    no step cost was measured (a model-free drafter, or ``builtin``) counts nothing."""
     from specjax import draft_costs
 
     raw = args.get("draft_cost")
-    value = "auto" if raw is None else draft_costs.parse_draft_cost(raw)
-    if isinstance(value, str):  # no number given: $SPECJAX_COST_CURVE's mode, or the one given
-        value, o = draft_costs.measured_draft_costs(lm, drafter, name, d_args, batch=batch,
-                                                    mode=None if raw is None else value)
-        if overhead and args.get("draft_overhead") is None:
-            args["draft_overhead"] = o
-    args["draft_cost"] = value
+    value = 0.0 if raw is None else draft_costs.parse_draft_cost(raw)
+    args["draft_cost"] = 0.0 if isinstance(value, str) else value
 
 
 def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
-    ``batch`` is the batch size it will decode at: a cost-aware policy's verify-cost curve is
-    measured (and cached) for it (:mod:`specjax.cost_curves`), and so is the drafter's own
-    cost per drafted token where the policy counts it (:mod:`specjax.draft_costs`). Above
+    ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
+    measured (and cached) for it in the decode loop for a model-based drafter
+    (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
+    (:mod:`specjax.cost_curves`). Above
     batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
     (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length."""
     args = dict(args or {})
@@ -186,11 +209,14 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
         _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
                             batch)
     drafter = DRAFTERS.build(name, d_args, lm)
-    if "cost" in POLICIES.option_names(pol_name):  # the curve of this machine and target
+    p_opts = POLICIES.option_names(pol_name)
+    # the whole step's cost, measured in the decode loop of this machine (model-based drafters)
+    measured = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
+                                                         batch)
+    if "cost" in p_opts and not measured:  # the verify curve of this machine and target
         _fill_measured_cost(p_args, lm, drafter.max_k, batch)
-    if "draft_cost" in POLICIES.option_names(pol_name):  # the drafter's own cost, measured
-        _fill_draft_cost(p_args, lm, drafter, name, d_args, batch,
-                         "draft_overhead" in POLICIES.option_names(pol_name))
+    if "draft_cost" in p_opts and not measured:
+        _fill_draft_cost(p_args)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
     # head shipped for this very drafter, when none is given)
     fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)

@@ -68,7 +68,7 @@ def test_smartspec_goodput_by_hand():
     cost = "1,1.5,2,2.5,3"
     p = POLICIES.build("smartspec", {"cost": cost, "prior": "0.5", "ema": "0.5"}, max_k=4)
     t = [1.0, 1.5, 2.5, 2.5, 3.0]
-    np.testing.assert_allclose(np.asarray(p.step_cost()), t)
+    np.testing.assert_allclose(np.asarray(p.step_costs()), t)
     # a = 0.5: E(k) = 2 (1 - 0.5^(k+1)) = 1, 1.5, 1.75, 1.875, 1.9375; E/T: 1, 1, 0.7, 0.75,
     # 0.646 -> argmax picks the first maximum, k = 0; rows 0.9 and 0.5 together:
     # a = 0.9: E = 1, 1.9, 2.71, 3.439, 4.0951; sums/T: 2, 2.267, 1.784, 2.126, 2.011 -> k = 1
@@ -92,7 +92,7 @@ def test_smartspec_goodput_by_hand():
     # 0.826, 0.774, 0.929, 0.931 -> the idle step (k = 0)
     oh = POLICIES.build("smartspec", {"cost": cost, "per_row": "true", "draft_cost": "0.2",
                                       "draft_overhead": "0.6"}, max_k=4)
-    np.testing.assert_allclose(np.asarray(oh.step_cost()), [1, 2.3, 3.5, 3.7, 4.4], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(oh.step_costs()), [1, 2.3, 3.5, 3.7, 4.4], rtol=1e-6)
     assert np.asarray(oh.decide(jnp.asarray([0.9]), None)).tolist() == [0]
     with pytest.raises(PolicyError, match="draft_overhead must be >= 0"):
         POLICIES.build("smartspec", {"draft_overhead": "-1", "cost": cost}, max_k=4)

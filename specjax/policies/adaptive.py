@@ -3,12 +3,13 @@
 Each row keeps decayed counts of accepted and rejected draft tokens, giving a per-token
 acceptance estimate ``a = (A + 1) / (A + R + 2)``. With i.i.d. acceptance, drafting ``k`` tokens
 yields ``(1 - a^(k+1)) / (1 - a)`` tokens per target forward, and the forward costs
-``cost(k + 1)`` relative to a one-token forward (the verify-cost curve, bucketed as the engine
-buckets its verify blocks) plus ``draft_overhead + k * draft_cost`` for the drafter's own work
-when ``k >= 1`` (measured on this machine at this batch size by :mod:`specjax.draft_costs` when
-built by name; 0 for a policy made directly; a step that drafts nothing is an idle step, a
-plain step). Each row drafts the ``k`` that maximises its tokens per unit cost, and nothing when
-no ``k`` beats plain decoding. A batch verifies one block, its longest draft's: the batch drafts
+``step_cost[k]`` plain steps: when built by name for a model-based drafter, what a step that
+drafts ``k`` tokens was measured to cost in the decode loop on this machine at this batch size
+(:mod:`specjax.draft_costs`); otherwise ``cost(k + 1)`` relative to a one-token forward (the
+verify-cost curve, bucketed as the engine buckets its verify blocks) plus ``draft_overhead + k *
+draft_cost`` for the drafter's own work when ``k >= 1`` (0 unless given; a step that drafts
+nothing is an idle step, a plain step). Each row drafts the ``k`` that maximises its tokens per
+unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one block, its longest draft's: the batch drafts
 only when its live rows' expected tokens per unit cost of that step beat one token per row
 (else no row drafts this step). Counts decay every step, so a row that stopped
 drafting drifts back to the prior and probes again.
@@ -131,18 +132,47 @@ def drafting_step_cost(cost: tuple[float, ...], max_k: int, draft_cost: float,
     return bucketed_cost(cost, max_k) + k * draft_cost + jnp.where(k > 0, draft_overhead, 0.0)
 
 
-def never_pays(cost: tuple[float, ...], max_k: int, draft_cost: float, draft_overhead: float,
-               min_gain: float = 1.0, acceptance: float = 0.999) -> str | None:
-    """Why no draft of 1..``max_k`` tokens beats ``min_gain`` tokens per plain step under this
-    cost model when each drafted token is accepted with probability ``acceptance`` (default:
-    the estimate's ceiling, 0.999: then no draft can pay at all), or None when some draft
-    does. A cost-aware policy whose acceptance estimate starts at a value where nothing pays,
-    and does not move while it drafts nothing, never drafts: its runs decode plainly
-    (:func:`specjax.engine.drafting_off`)."""
+def policy_step_cost(policy) -> jnp.ndarray:
+    """What a step that drafts k = 0..max_k tokens costs relative to a plain step under a
+    cost-aware policy (``adaptive``, ``smartspec``): its measured ``step_cost`` when it has
+    one, else :func:`drafting_step_cost` of its verify curve and draft costs."""
+    if policy.step_cost:
+        return jnp.asarray(policy.step_cost, jnp.float32)
+    return drafting_step_cost(policy.cost, policy.max_k, policy.draft_cost,
+                              policy.draft_overhead)
+
+
+def check_step_cost(policy) -> None:
+    """``step_cost`` is empty or holds ``max_k + 1`` positive costs, the first 1 (k = 0)."""
+    sc = policy.step_cost
+    if not sc:
+        return
+    if len(sc) != policy.max_k + 1 or any(not c > 0 for c in sc) or sc[0] != 1.0:
+        raise PolicyError(f"policy {policy.name!r}: step_cost needs max_k + 1 = "
+                          f"{policy.max_k + 1} positive costs for k = 0..{policy.max_k}, the "
+                          f"first 1 (a step that drafts nothing is a plain step), got {sc!r}")
+
+
+def _cost_parts(policy, k: int) -> str:
+    """How a drafting step's cost was made, for messages."""
+    if policy.step_cost:
+        return "measured in the decode loop"
+    d, o = policy.draft_cost, policy.draft_overhead
+    v = float(bucketed_cost(policy.cost, policy.max_k)[k])
+    return (f"verify {v:.2f}, drafting overhead {o:.2f}, {k} x draft cost {d:.3f}")
+
+
+def never_pays(policy, min_gain: float = 1.0, acceptance: float = 0.999) -> str | None:
+    """Why no draft of 1..``max_k`` tokens beats ``min_gain`` tokens per plain step under the
+    cost model of ``policy`` (:func:`policy_step_cost`) when each drafted token is accepted
+    with probability ``acceptance`` (default: the estimate's ceiling, 0.999: then no draft can
+    pay at all), or None when some draft does. A cost-aware policy whose acceptance estimate
+    starts at a value where nothing pays, and does not move while it drafts nothing, never
+    drafts: its runs decode plainly (:func:`specjax.engine.drafting_off`)."""
     import numpy as np
 
-    step = np.asarray(drafting_step_cost(cost, max_k, draft_cost, draft_overhead))
-    best = np.asarray(geometric_tokens(jnp.full((1,), acceptance), max_k))[0]
+    step = np.asarray(policy_step_cost(policy))
+    best = np.asarray(geometric_tokens(jnp.full((1,), acceptance), policy.max_k))[0]
     gain = best[1:] / step[1:]
     if float(gain.max()) > min_gain:
         return None
@@ -151,8 +181,7 @@ def never_pays(cost: tuple[float, ...], max_k: int, draft_cost: float, draft_ove
             f"at the acceptance estimate it starts from ({acceptance:.2f}), which does not "
             f"move while nothing is drafted")
     return (f"no draft pays {when}: the best, k = {k}, yields {best[k]:.2f} tokens for "
-            f"{step[k]:.2f} plain steps (verify {step[k] - draft_overhead - k * draft_cost:.2f}"
-            f", drafting overhead {draft_overhead:.2f}, {k} x draft cost {draft_cost:.3f})")
+            f"{step[k]:.2f} plain steps ({_cost_parts(policy, k)})")
 
 
 def check_draft_costs(policy) -> None:
@@ -191,12 +220,16 @@ class AdaptivePolicy:
         "verify-curve JSON (FILE.json or FILE.json#B); default: the built-in curve that fits "
         "the target (float or w8a8)"})
     draft_cost: float = dataclasses.field(default=0.0, metadata={
-        "help": "cost of one drafted token relative to a plain step at this batch size "
-        "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
-        "number)"})
+        "help": "cost of one drafted token relative to a plain step at this batch size, with "
+        "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
+        "for a model-based drafter; builtin: 0)"})
     draft_overhead: float = dataclasses.field(default=0.0, metadata={
-        "help": "fixed cost of a step that drafts at all, relative to a plain step (default: "
-        "measured with draft_cost; a number)"})
+        "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
+        "given; a number)"})
+    step_cost: tuple[float, ...] = dataclasses.field(default=(), metadata={
+        "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
+        "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
+        "measured in the decode loop on this machine for a model-based drafter, cached)"})
     decay: float = dataclasses.field(default=0.9, metadata={
         "help": "per-step decay of the accepted/rejected counts"})
     prior_accepted: float = 1.0
@@ -218,10 +251,11 @@ class AdaptivePolicy:
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
             raise PolicyError("cost must be a non-empty list of positive relative costs")
         check_draft_costs(self)
+        check_step_cost(self)
 
     def _bucketed_cost(self) -> jnp.ndarray:
-        """The cost of a step that drafts k = 0..max_k: verify block plus k draft steps."""
-        return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
+        """The cost of a step that drafts k = 0..max_k (:func:`policy_step_cost`)."""
+        return policy_step_cost(self)
 
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)
@@ -232,8 +266,7 @@ class AdaptivePolicy:
         estimate, every row alike) no draft pays (:func:`never_pays`), and a step that drafts
         nothing leaves the counts at zero, so the estimate never leaves the prior."""
         a0 = self.prior_accepted / (self.prior_accepted + self.prior_rejected)
-        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead,
-                          self.min_gain, acceptance=min(a0, 0.999))
+        return never_pays(self, self.min_gain, acceptance=min(a0, 0.999))
 
     def _acceptance(self, state: AdaptiveState) -> jnp.ndarray:
         """The per-token acceptance estimate of each row, ``[B]``."""

@@ -2,15 +2,17 @@
 
 Each row keeps an exponential moving average ``a_i`` of its per-token acceptance rate. For a
 draft length ``k``, row ``i`` expects ``E_i(k) = (1 - a_i^(k+1)) / (1 - a_i)`` tokens from the
-step, and the step costs ``T(k) = cost(k + 1) + draft_overhead + k * draft_cost``: the verify
-forward over ``k + 1`` tokens per row, a fixed overhead of drafting at all and ``k`` draft
-steps, all relative to a plain one-token step of the same batch (``T(0) = 1``: a step that
-drafts nothing is an idle step) (``cost`` is the batch's verify-cost curve, measured on this machine on first use,
-bucketed as the engine buckets its verify blocks). The paper's goodput is tokens per second,
-``G(k) = sum_i E_i(k) / T(k)``; SmartSpec picks ``argmax_k G(k)`` for the whole batch (one
-``k``; ``k = 0``, plain decoding, wins under load or low acceptance). ``per_row=True`` gives
-each row its own ``argmax_k E_i(k) / T(k)`` instead (the batch still pays the verify block of
-its longest draft: the engine verifies one block size per step).
+step, and the step costs ``T(k)`` plain one-token steps of the same batch: the verify forward
+over ``k + 1`` tokens per row and ``k`` draft steps (``T(0) = 1``: a step that drafts nothing is
+an idle step). Built by name for a model-based drafter, ``T`` is ``step_cost``, measured in the
+decode loop on this machine at the running batch size (:mod:`specjax.draft_costs`); otherwise
+``T(k) = cost(k + 1) + draft_overhead + k * draft_cost`` (``cost``: the batch's verify-cost
+curve, measured on this machine on first use, bucketed as the engine buckets its verify
+blocks). The paper's goodput is tokens per second, ``G(k) = sum_i E_i(k) / T(k)``; SmartSpec
+picks ``argmax_k G(k)`` for the whole batch (one ``k``; ``k = 0``, plain decoding, wins under
+load or low acceptance). ``per_row=True`` gives each row its own ``argmax_k E_i(k) / T(k)``
+instead (the batch still pays the verify block of its longest draft: the engine verifies one
+block size per step).
 
 Estimating ``a``: a step that drafted ``n`` tokens and accepted ``m`` is ``m`` Bernoulli
 successes followed by one failure when ``m < n``, so its observed per-token rate is
@@ -20,11 +22,12 @@ successes followed by one failure when ``m < n``, so its observed per-token rate
 the prior, so a row (or a batch) that stopped drafting probes again later.
 
 Deviations, stated: the paper fits ``t_draft`` and ``t_verify`` offline as functions of the
-batched tokens; here the verify term is the measured curve of the running batch size and the
-draft term a constant per drafted token (``draft_cost``) plus a fixed one per drafting step
-(``draft_overhead``), both measured on this machine at the running batch size when the method is built by name (:mod:`specjax.draft_costs`; 0 for
-prompt lookup, about its size ratio for a separate draft model, a few percent of a step for a
-trained head on one CPU row but a third of a step at batch 4).
+batched tokens; here the step's cost is measured whole, drafting and verification together,
+in the decode loop of the running batch size at the largest draft length of each verify block
+size (between them a shorter draft costs its block's; :mod:`specjax.draft_costs`): a few
+percent of a plain step for one more drafted token of a trained head on one CPU row, a third of
+a step at batch 4. Prompt lookup and the other model-free drafters use the verify curve with
+nothing for drafting.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ import jax.numpy as jnp
 
 from specjax.errors import PolicyError
 from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, check_draft_costs,
-                                       drafting_step_cost, geometric_tokens, never_pays)
+                                       check_step_cost, geometric_tokens, never_pays,
+                                       policy_step_cost)
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
@@ -50,12 +54,16 @@ class SmartSpecPolicy:
         "batch size (default: measured on this machine and cached; builtin | refresh | "
         "FILE.json[#B] | comma-separated values)"})
     draft_cost: float = dataclasses.field(default=0.0, metadata={
-        "help": "cost of one drafted token relative to a plain step at this batch size "
-        "(default: measured on this machine and cached; auto | builtin (0) | refresh | a "
-        "number)"})
+        "help": "cost of one drafted token relative to a plain step at this batch size, with "
+        "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
+        "for a model-based drafter; builtin: 0)"})
     draft_overhead: float = dataclasses.field(default=0.0, metadata={
-        "help": "fixed cost of a step that drafts at all, relative to a plain step (default: "
-        "measured with draft_cost; a number)"})
+        "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
+        "given; a number)"})
+    step_cost: tuple[float, ...] = dataclasses.field(default=(), metadata={
+        "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
+        "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
+        "measured in the decode loop on this machine for a model-based drafter, cached)"})
     ema: float = dataclasses.field(default=0.3, metadata={
         "help": "weight of each step's observed acceptance rate in the moving average"})
     prior: float = dataclasses.field(default=0.6, metadata={
@@ -73,6 +81,7 @@ class SmartSpecPolicy:
             raise PolicyError("policy 'smartspec': cost must be a non-empty list of positive "
                               "relative costs")
         check_draft_costs(self)
+        check_step_cost(self)
         for f in ("ema", "relax"):
             if not 0.0 <= getattr(self, f) <= 1.0:
                 raise PolicyError(f"policy 'smartspec': {f} must be in [0, 1], got "
@@ -83,16 +92,15 @@ class SmartSpecPolicy:
     def init(self, batch: int):
         return jnp.full((batch,), self.prior, jnp.float32)
 
-    def step_cost(self) -> jax.Array:
+    def step_costs(self) -> jax.Array:
         """``T(k)`` for k = 0..max_k, relative to a plain step."""
-        return drafting_step_cost(self.cost, self.max_k, self.draft_cost, self.draft_overhead)
+        return policy_step_cost(self)
 
     def never_drafts(self) -> str | None:
         """Why this policy will not draft in a run, or None: at its prior acceptance rate no
         ``k >= 1`` beats one token per plain step (:func:`never_pays`), and a step without a
         draft relaxes the rate towards the prior, where it already is."""
-        return never_pays(self.cost, self.max_k, self.draft_cost, self.draft_overhead,
-                          acceptance=self.prior)
+        return never_pays(self, acceptance=self.prior)
 
     def expected_tokens(self, state) -> jax.Array:
         """``E_i(k)``, ``[B, max_k + 1]``."""
@@ -100,7 +108,7 @@ class SmartSpecPolicy:
 
     def decide(self, state, ctx):
         e = self.expected_tokens(state)
-        t = self.step_cost()[None]
+        t = self.step_costs()[None]
         if self.per_row:
             return jnp.argmax(e / t, axis=1).astype(jnp.int32)
         live = jnp.ones(state.shape, bool) if ctx is None else ctx.live
