@@ -489,7 +489,12 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_default_b1", "The heads at batch 1: fixed k = 3 (the "
+    for name, title in (("bench_policies_step_cost_b1", "The heads at batch 1: fixed lengths "
+                                                        "against adaptive and smartspec with "
+                                                        "the step priced as timed in the "
+                                                        "decode loop, Spec-Bench (2 questions "
+                                                        "per category; issue 23)"),
+                        ("bench_policies_default_b1", "The heads at batch 1: fixed k = 3 (the "
                                                       "default) against adaptive with measured "
                                                       "costs, Spec-Bench (1 question per "
                                                       "category; issue 23)"),

@@ -14,8 +14,9 @@ where it loses.
 :func:`measured_step_costs` times the whole step where it is paid: seconds per target
 forward of plain decoding and of the drafter drafting ``k`` tokens every step, for ``k`` the
 largest draft of each verify block size the engine compiles (``k = 1`` and ``k = 3`` for
-``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket.
-The policy's ``step_cost[k]`` is the ratio timed at the largest ``k'`` of ``k``'s block (a
+``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket,
+the loops timed in turn within each repeat and each step taken over plain decoding's time in
+the same repeat (median over repeats). The policy's ``step_cost[k]`` is the ratio timed at the largest ``k'`` of ``k``'s block (a
 shorter draft into the same block saves only its draft steps, not counted), never decreasing in
 ``k``, and 1 for ``k = 0``. A few compiles and seconds of decoding on first use; cached as JSON
 in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model, batch bucket, drafter and its options),
@@ -51,7 +52,7 @@ from specjax.fingerprint import cache_root
 FORMAT = "specjax-draft-cost-4"
 PREFIX = 128
 STEPS = 24
-REPEATS = 3
+REPEATS = 5
 
 
 class DraftCostWarning(UserWarning):
@@ -108,11 +109,16 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
                        repeats: int = REPEATS) -> dict:
     """Seconds per target forward of plain decoding (``plain_step_s``) and of ``drafter``
     drafting ``k`` tokens every step for each ``k`` of :func:`timed_ks` (``step_s``, keyed by
-    ``str(k)``), ``batch`` rows of one synthetic prompt, greedy, no EOS. Each repeat decodes
-    two token budgets ``steps`` apart (one compiled program) and takes the difference, so the
-    prefill and the shorter drafts of the last steps cancel; median over ``repeats`` after a
-    compiling run."""
-    from specjax.bench.curve import seconds_per_forward
+    ``str(k)``), ``batch`` rows of one synthetic prompt, greedy, no EOS, and the median over
+    repeats of each step's time over plain decoding's in the same repeat (``ratio``). Each
+    repeat times every loop in turn
+    (:func:`specjax.bench.curve.interleaved_seconds_per_forward`), decoding two token budgets
+    ``steps`` apart (one compiled program) and taking the difference, so the prefill and the
+    shorter drafts of the last steps cancel; medians over ``repeats`` after a compiling
+    round."""
+    import numpy as np
+
+    from specjax.bench.curve import interleaved_seconds_per_forward
     from specjax.buckets import cache_length
 
     vocab = lm.model.cfg.vocab_size
@@ -120,13 +126,14 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     K = int(drafter.max_k)
     short, long = K + 2, K + 2 + steps * (K + 1)
     cache_len = cache_length(prefix, long + 1)
-
-    def per_forward(d, policy=None) -> float:
-        return seconds_per_forward(lm, d, prompt, batch, (short, long), cache_len, repeats,
-                                   policy=policy)
-
-    return {"plain_step_s": per_forward(None),
-            "step_s": {str(k): per_forward(drafter, DraftEvery(K, k)) for k in timed_ks(K)},
+    ks = timed_ks(K)
+    plain, *timed = interleaved_seconds_per_forward(
+        lm, [(None, None)] + [(drafter, DraftEvery(K, k)) for k in ks], prompt, batch,
+        (short, long), cache_len, repeats)
+    return {"plain_step_s": float(np.median(plain)),
+            "step_s": {str(k): float(np.median(t)) for k, t in zip(ks, timed)},
+            "ratio": {str(k): float(np.median(np.asarray(t) / np.asarray(plain)))
+                      for k, t in zip(ks, timed)},
             "k": K, "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}
 
 
@@ -168,7 +175,8 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
       batch: the batch size (bucketed as the verify curve's).
       mode: ``auto`` / ``builtin`` / ``refresh`` (default ``$SPECJAX_COST_CURVE``, else auto).
       directory: the cache directory (default :func:`cache_dir`).
-      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s": {str(k): s}}``
+      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s": {str(k): s}}``,
+        optionally with ``"ratio": {str(k): r}`` (taken over ``step_s / plain_step_s``)
         (default :func:`measure_step_ratio`; tests pass a fake).
       say: where the one-line "measuring ..." notice goes (default: stderr).
     """
@@ -198,7 +206,8 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
         f"{bucket}) on this machine; cached in {path.parent}")
     data = (measure or measure_step_ratio)(lm, drafter, bucket)
     plain = float(data["plain_step_s"])
-    ratios = {int(k): float(s) / plain for k, s in data["step_s"].items()}
+    ratios = ({int(k): float(r) for k, r in data["ratio"].items()} if "ratio" in data else
+              {int(k): float(s) / plain for k, s in data["step_s"].items()})
     steps = step_costs_from(ratios, K)
     from specjax.bench.machine import utc_now
 

@@ -249,6 +249,7 @@ def test_measure_step_ratio_times_the_loop(lm):
     out = dc.measure_step_ratio(lm, m.drafter, 2, prefix=16, steps=3, repeats=1)
     assert out["k"] == 3 and out["batch"] == 2 and set(out["step_s"]) == {"1", "3"}
     assert out["plain_step_s"] > 0 and all(s > 0 for s in out["step_s"].values())
+    assert set(out["ratio"]) == {"1", "3"} and all(r > 0 for r in out["ratio"].values())
 
 
 def test_adaptive_batch_drafts_only_when_the_batch_step_pays():

@@ -124,21 +124,35 @@ def seconds_per_forward(lm, drafter, prompt, batch: int, budgets: tuple[int, int
     """
     import numpy as np
 
+    (ts,) = interleaved_seconds_per_forward(lm, [(drafter, policy)], prompt, batch, budgets,
+                                            cache_len, repeats)
+    return float(np.median(ts))
+
+
+def interleaved_seconds_per_forward(lm, runs, prompt, batch: int, budgets: tuple[int, int],
+                                    cache_len: int, repeats: int) -> list[list[float]]:
+    """:func:`seconds_per_forward` of several ``(drafter, policy)`` runs, one list of
+    ``repeats`` times per run: every run compiles first, then each repeat times every run in
+    turn, so the drift of a machine's speed over the minutes of a measurement (10-20% between
+    processes on the project's 2-core CPU) falls on all of them alike and the ratio of two runs
+    within one repeat is steadier than the ratio of their medians."""
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
 
-    def decode(n):
+    def decode(run, n):
+        drafter, policy = run
         r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
                      sampling=SamplingParams(temperature=0.0), batch_size=batch,
                      drafter=drafter, policy=policy)
         return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)
 
-    ts = []
-    for rep in range(repeats + 1):  # the first run compiles
-        (t1, f1), (t2, f2) = decode(budgets[0]), decode(budgets[1])
-        if rep:
-            ts.append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
-    return float(np.median(ts))
+    ts: list[list[float]] = [[] for _ in runs]
+    for rep in range(repeats + 1):  # the first round compiles
+        for i, run in enumerate(runs):
+            (t1, f1), (t2, f2) = decode(run, budgets[0]), decode(run, budgets[1])
+            if rep:
+                ts[i].append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
+    return ts
 
 
 def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int = 256,
