@@ -74,7 +74,9 @@ def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch:
 class DraftEvery:
     """A policy that drafts ``k`` tokens in every row at every step (the probe's timed steps)."""
 
-    backs_off = False  # never every row k = 0: no idle steps compiled
+    # True although it never gives every row k = 0: the loop then compiles the idle branch
+    # that the cost-aware policies it prices (backs_off) run with, and times their program
+    backs_off = True
 
     def __init__(self, max_k: int, k: int):
         self.max_k, self.k = int(max_k), int(k)

@@ -135,7 +135,8 @@ def interleaved_seconds_per_forward(lm, runs, prompt, batch: int, budgets: tuple
     ``repeats`` times per run: every run compiles first, then each repeat times every run in
     turn, so the drift of a machine's speed over the minutes of a measurement (10-20% between
     processes on the project's 2-core CPU) falls on all of them alike and the ratio of two runs
-    within one repeat is steadier than the ratio of their medians."""
+    within one repeat is steadier than the ratio of their medians; the order reverses every
+    other repeat."""
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
 
@@ -148,7 +149,8 @@ def interleaved_seconds_per_forward(lm, runs, prompt, batch: int, budgets: tuple
 
     ts: list[list[float]] = [[] for _ in runs]
     for rep in range(repeats + 1):  # the first round compiles
-        for i, run in enumerate(runs):
+        order = list(enumerate(runs))
+        for i, run in (order[::-1] if rep % 2 else order):  # no run always goes first
             (t1, f1), (t2, f2) = decode(run, budgets[0]), decode(run, budgets[1])
             if rep:
                 ts[i].append(max(t2 - t1, 1e-9) / max(f2 - f1, 1))
