@@ -10,7 +10,12 @@ one question per Spec-Bench category (13 prompts), 64 new tokens, greedy, float3
 cache of 896 positions, as configs/policies_overhead.py. At batch 1 both are fixed k = 3 (the
 primary per-category rows). Journaled: `specjax bench --config
 configs/policies_default_batched.py --time-limit MINUTES`, rerun the same command to
-continue."""
+continue.
+
+As run, the cost-aware policies priced a step by the verify curve plus the drafter's measured
+draft costs (draft-cost cache format 3); since 2026-11-28 they price a model-based drafter's
+step as timed in the decode loop (`step_cost`, specjax.draft_costs), so a rerun measures the
+new model (configs/policies_step_cost_b1.py ran it)."""
 
 import dataclasses
 from pathlib import Path

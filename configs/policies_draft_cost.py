@@ -10,7 +10,12 @@ should back off to plain decoding there and still draft at batch 1. Against fixe
 k = 3 (the eagle default) and plain decoding of the same batch size; one question per
 Spec-Bench category (13 prompts), 64 new tokens, greedy, float32, one static cache of 896
 positions. Journaled: `specjax bench --config configs/policies_draft_cost.py --time-limit
-MINUTES`, rerun the same command to continue."""
+MINUTES`, rerun the same command to continue.
+
+As run, the cost-aware policies priced a step by the verify curve plus the drafter's measured
+draft costs (draft-cost cache format 3); since 2026-11-28 they price a model-based drafter's
+step as timed in the decode loop (`step_cost`, specjax.draft_costs), so a rerun measures the
+new model (configs/policies_step_cost_b1.py ran it)."""
 
 from specjax.experiment import BenchConfig
 

@@ -16,15 +16,17 @@ forward of plain decoding and of the drafter drafting ``k`` tokens every step, f
 largest draft of each verify block size the engine compiles (``k = 1`` and ``k = 3`` for
 ``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket,
 the loops timed in turn within each repeat and each step taken over plain decoding's time in
-the same repeat (median over repeats). The policy's ``step_cost[k]`` is the ratio timed at the largest ``k'`` of ``k``'s block (a
-shorter draft into the same block saves only its draft steps, not counted), never decreasing in
-``k``, and 1 for ``k = 0``. A few compiles and seconds of decoding on first use; cached as JSON
-in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model, batch bucket, drafter and its options),
-reused after. The mode is the cost curve's (``$SPECJAX_COST_CURVE``, or
-``draft_cost=auto|builtin|refresh``): ``builtin`` measures nothing (the policy then uses the
-built-in verify curve and nothing for drafting, the test suite's mode). Model-free drafters
-(``model_free = True``: prompt lookup, n-gram, suffix structures, Token Recycling, STAND,
-SSSD) draft by lookup and are not measured.
+the same repeat (median over repeats). The policy's ``step_cost[k]`` is the ratio timed at the
+largest ``k'`` of ``k``'s block (a shorter draft into the same block saves only its draft
+steps, not counted), never decreasing in ``k``, and 1 for ``k = 0``. A few compiles and
+seconds of decoding on first use; cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per
+(device, model, batch bucket, drafter and its options), reused after. The mode is the cost
+curve's (``$SPECJAX_COST_CURVE``, or ``draft_cost=`` or ``cost=auto|builtin|refresh``):
+``builtin`` times no step (the policy then prices drafting at nothing on the verify curve, the
+built-in one under ``SPECJAX_COST_CURVE=builtin``, the test suite's mode). Model-free
+drafters (``model_free = True``: prompt lookup, n-gram, suffix structures, Token Recycling,
+STAND, SSSD) draft by lookup and are not measured. A caller's own cost model (``step_cost=``, or
+numbers for ``cost=``, ``draft_cost=``, ``draft_overhead=``) is used as given.
 
 Format 3 of this cache split the two timed steps into a cost per drafted token and a fixed
 overhead against the verify-cost curve, which is timed on lone forwards in another process:
@@ -37,6 +39,7 @@ clamped the negative per-token cost to 0), so ``adaptive`` drafted less than pai
 from __future__ import annotations
 
 import json
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -148,9 +151,10 @@ def step_costs_from(ratios: dict[int, float], max_k: int) -> tuple[float, ...]:
       PolicyError: a timed length is missing or a ratio is not positive.
     """
     tops = timed_ks(max_k)
-    bad = [k for k in tops if not (k in ratios and float(ratios[k]) > 0)]
+    bad = [k for k in tops if not (k in ratios and math.isfinite(float(ratios[k]))
+                                   and float(ratios[k]) > 0)]
     if bad:
-        raise PolicyError(f"step costs: no positive step ratio for k = {bad} (have "
+        raise PolicyError(f"step costs: no finite positive step ratio for k = {bad} (have "
                           f"{dict(sorted(ratios.items()))})")
     out, run = [1.0], 0.0
     for k in range(1, int(max_k) + 1):
@@ -195,9 +199,11 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
             if data.get("key") != key:
                 raise ValueError("written for another device, model or drafter")
             steps = tuple(float(c) for c in data["step_cost"])
-            if len(steps) != K + 1 or steps[0] != 1.0 or not all(c > 0 for c in steps):
-                raise ValueError(f"step_cost {list(steps)} is not {K + 1} positive costs "
-                                 "from 1")
+            if (len(steps) != K + 1 or steps[0] != 1.0
+                    or not all(math.isfinite(c) and c > 0 for c in steps)
+                    or any(b < a for a, b in zip(steps[1:], steps[2:]))):
+                raise ValueError(f"step_cost {list(steps)} is not {K + 1} finite positive "
+                                 "costs from 1, never decreasing after k = 1")
             return steps
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"draft cost: {path} cannot be used ({type(e).__name__}: {e}); "

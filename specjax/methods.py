@@ -39,7 +39,7 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
 # drafts only where this machine's measured costs say it pays. On the project's 2-core CPU
 # the EAGLE-3 head's fixed k = 3 ran at 0.84x of plain decoding at batch 4 and 0.87x at batch
-# 16; `adaptive` with the measured verify curve and draft costs finds that no draft pays
+# 16; `adaptive` with the step costs measured in the decode loop finds that no draft pays
 # there at its prior acceptance and decodes plainly (specjax.engine.drafting_off);
 # docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the fixed lengths
 # above stay (the measured best there; no first-use measurement in the demo).
@@ -115,27 +115,44 @@ def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
 
 def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> bool:
     """``args["step_cost"]``: what a step that drafts k = 0..max_k tokens costs on this machine
-    at this batch size, measured in the decode loop (:mod:`specjax.draft_costs`), when the
-    caller left the policy's costs to measuring: no ``step_cost``, no ``draft_overhead``, and
-    ``draft_cost`` and ``cost`` unset or a mode (auto / refresh; ``builtin`` measures
-    nothing). True when it was filled (the verify curve and the draft costs then go unused
-    and are not measured)."""
+    at this batch size, measured in the decode loop (:mod:`specjax.draft_costs`), unless the
+    caller gave a cost model (``step_cost``; or numbers for ``draft_cost``, ``draft_overhead``
+    or ``cost``, which are then used as given) or a ``builtin`` mode. ``draft_cost`` and
+    ``cost`` may name the mode (``builtin`` wins over ``refresh``, ``refresh`` over ``auto``;
+    neither: ``$SPECJAX_COST_CURVE``). True when ``args`` hold step costs, given or measured:
+    the verify curve and the draft costs then go unused and are not measured."""
     from specjax import draft_costs
 
-    if args.get("step_cost") is not None or args.get("draft_overhead") is not None:
-        return False
-    modes = []
-    for field in ("draft_cost", "cost"):
+    if args.get("step_cost") is not None:
+        return True
+    given, modes = [], set()
+    for field in ("draft_cost", "cost", "draft_overhead"):
         raw = args.get(field)
         if raw is None:
             continue
-        value = (draft_costs.parse_draft_cost(raw) if field == "draft_cost" else
-                 str(raw).strip().lower())
-        if value not in cost_curves.MODES:  # a number or a curve: the caller's cost model
-            return False
-        modes.append(value)
-    steps = draft_costs.measured_step_costs(lm, drafter, name, d_args, batch=batch,
-                                            mode=modes[0] if modes else None)
+        if field == "draft_cost":
+            value = draft_costs.parse_draft_cost(raw)
+        else:
+            value = raw.strip().lower() if isinstance(raw, str) else raw
+        if field != "draft_overhead" and value in cost_curves.MODES:
+            modes.add(value)
+        else:  # a number or a curve: the caller's cost model
+            given.append(field)
+    mode = next((m for m in ("builtin", "refresh", "auto") if m in modes), None)
+    model_free = getattr(drafter, "model_free", False)
+    if given:
+        if ("draft_cost" not in given and not model_free
+                and cost_curves.resolve_mode(mode) != "builtin"):
+            import warnings
+
+            warnings.warn(
+                f"method {name!r}: {' and '.join(f'{f}=' for f in given)} given without "
+                f"draft_cost=: the policy prices the drafter's steps by that model with "
+                f"nothing per drafted token; leave cost=, draft_cost= and draft_overhead= "
+                f"unset to price whole steps as timed in the decode loop (step_cost)",
+                draft_costs.DraftCostWarning, stacklevel=3)
+        return False
+    steps = draft_costs.measured_step_costs(lm, drafter, name, d_args, batch=batch, mode=mode)
     if steps is None:
         return False
     args["step_cost"] = steps
@@ -211,11 +228,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     drafter = DRAFTERS.build(name, d_args, lm)
     p_opts = POLICIES.option_names(pol_name)
     # the whole step's cost, measured in the decode loop of this machine (model-based drafters)
-    measured = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
-                                                         batch)
-    if "cost" in p_opts and not measured:  # the verify curve of this machine and target
+    priced = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
+                                                       batch)
+    if "cost" in p_opts and not priced:  # the verify curve of this machine and target
         _fill_measured_cost(p_args, lm, drafter.max_k, batch)
-    if "draft_cost" in p_opts and not measured:
+    if "draft_cost" in p_opts and not priced:
         _fill_draft_cost(p_args)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
     # head shipped for this very drafter, when none is given)

@@ -106,7 +106,7 @@ def test_builtin_and_model_free_measure_nothing(lm, tmp_path):
         dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, mode="sometimes", **kw)
 
 
-def test_corrupt_foreign_or_old_files_are_measured_again(lm, tmp_path):
+def test_corrupt_foreign_or_bad_files_are_measured_again(lm, tmp_path):
     steps = FakeSteps({1: 1.9, 3: 2.4})
     kw = dict(directory=tmp_path, measure=steps, say=lambda s: None)
     dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, **kw)
@@ -120,17 +120,34 @@ def test_corrupt_foreign_or_old_files_are_measured_again(lm, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.warns(dc.DraftCostWarning, match="another device"):
         dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, **kw)
-    # a file with the step costs of another k, or none (as format 3 wrote, d and o)
+    # a file with the step costs of another k, decreasing or infinite ones, or none
     data = json.loads(good)
+    for bad in ([1.0, 1.9, 1.2, 1.2], [1.0, 1.9, float("inf"), float("inf")]):
+        data["step_cost"] = bad
+        path.write_text(json.dumps(data))
+        with pytest.warns(dc.DraftCostWarning, match="never decreasing"):
+            dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, **kw)
     data["step_cost"] = [1.0, 1.9]
     path.write_text(json.dumps(data))
-    with pytest.warns(dc.DraftCostWarning, match="not 4 positive costs"):
+    with pytest.warns(dc.DraftCostWarning, match="not 4 finite positive costs"):
         dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, **kw)
     data.pop("step_cost")
     path.write_text(json.dumps(data))
     with pytest.warns(dc.DraftCostWarning, match="KeyError"):
         dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, **kw)
-    assert len(steps.calls) == 5
+    assert len(steps.calls) == 7
+
+
+def test_paired_ratios_are_taken_over_the_medians(lm, tmp_path):
+    """A probe that reports the median of paired per-round ratios (measure_step_ratio does)
+    is priced by those, not by the ratio of the median times."""
+    def probe(lm, drafter, batch):
+        return {"plain_step_s": 0.1, "step_s": {"1": 0.2, "3": 0.3},
+                "ratio": {"1": 1.1, "3": 1.25}}
+
+    got = dc.measured_step_costs(lm, Drafter(3), "early_exit", {}, directory=tmp_path,
+                                 measure=probe, say=lambda s: None)
+    assert got == pytest.approx((1.0, 1.1, 1.25, 1.25))
 
 
 def test_parse_draft_cost():
@@ -222,19 +239,34 @@ def test_build_fills_the_measured_step_costs(lm, monkeypatch):
                                          "draft_cost": "refresh"}, batch=4)
     assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
     assert steps.calls[-1] == (3, 4)
-    # the caller's cost model is taken as given: numbers, a curve, an overhead; builtin
-    # measures nothing
-    n = len(steps.calls)
+    # the caller's cost model is taken as given: numbers, a curve, an overhead, step costs
+    # (no verify curve measured for those); builtin times no step
+    n, c = len(steps.calls), len(curves)
     for given in ({"draft_cost": "0.05"}, {"cost": "1,1.2,1.4,1.5"}, {"draft_overhead": "0.3"},
-                  {"step_cost": "1,1.5,1.6,1.7"}, {"draft_cost": "builtin"}):
-        m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive",
-                                             "exit_layer": "1", **given})
+                  {"step_cost": "1,1.5,1.6,1.7"}, {"draft_cost": "builtin"},
+                  {"cost": "builtin"}, {"cost": "builtin", "draft_cost": "refresh"}):
+        import warnings
+
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            m = methods.build("early_exit", lm, {"k": "3", "policy": "adaptive",
+                                                 "exit_layer": "1", **given})
         assert len(steps.calls) == n, given
+        # parts without a per-token cost price drafting at nothing, and say so
+        parts = "draft_cost" not in given and ("cost" in given or "draft_overhead" in given)
+        parts = parts and given.get("cost") != "builtin"
+        assert any("without draft_cost=" in str(x.message) for x in w) == parts, given
         if "step_cost" in given:
             assert m.policy.step_cost == (1.0, 1.5, 1.6, 1.7)
         else:
-            assert m.policy.step_cost == ()
-    assert m.policy.draft_cost == 0.0
+            assert m.policy.step_cost == () and m.policy.draft_cost in (0.0, 0.05)
+    assert len(curves) == c + 1  # the parts models that leave cost= unset: measured once, cached
+    # the mode: refresh from either field measures again (batch 1's file exists)
+    for field in ("cost", "draft_cost"):
+        methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1",
+                                         field: "refresh"})
+        assert len(steps.calls) == n + 1 and steps.calls[-1] == (3, 1)
+        n += 1
     assert methods.build("early_exit", lm, {"k": "3", "policy": "adaptive", "exit_layer": "1",
                                             "draft_cost": "0.05"}).policy.draft_cost == 0.05
     m = methods.build("prompt_lookup", lm, {})  # adaptive by default, model-free: not timed

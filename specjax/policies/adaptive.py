@@ -9,10 +9,10 @@ drafts ``k`` tokens was measured to cost in the decode loop on this machine at t
 verify-cost curve, bucketed as the engine buckets its verify blocks) plus ``draft_overhead + k *
 draft_cost`` for the drafter's own work when ``k >= 1`` (0 unless given; a step that drafts
 nothing is an idle step, a plain step). Each row drafts the ``k`` that maximises its tokens per
-unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one block, its longest draft's: the batch drafts
-only when its live rows' expected tokens per unit cost of that step beat one token per row
-(else no row drafts this step). Counts decay every step, so a row that stopped
-drafting drifts back to the prior and probes again.
+unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one block, its
+longest draft's: the batch drafts only when its live rows' expected tokens per unit cost of
+that step beat one token per row (else no row drafts this step). Counts decay every step, so
+a row that stopped drafting drifts back to the prior and probes again.
 
 The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
 bench --verify-curve``): SmolLM2-135M in float32 and w8a8 on the project's 2-core CPU
