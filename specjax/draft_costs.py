@@ -148,7 +148,7 @@ def step_costs_from(ratios: dict[int, float], max_k: int) -> tuple[float, ...]:
     the largest timed ``k'`` of ``k``'s verify block, never decreasing in ``k``.
 
     Raises:
-      PolicyError: a timed length is missing or a ratio is not positive.
+      PolicyError: a timed length is missing or its ratio is not finite and positive.
     """
     tops = timed_ks(max_k)
     bad = [k for k in tops if not (k in ratios and math.isfinite(float(ratios[k]))

@@ -192,6 +192,29 @@ def check_draft_costs(policy) -> None:
             raise PolicyError(f"policy {policy.name!r}: {f} must be >= 0, got {v!r}")
 
 
+def draft_cost_field():
+    """``draft_cost`` of a cost-aware policy (with the verify curve ``cost``)."""
+    return dataclasses.field(default=0.0, metadata={
+        "help": "cost of one drafted token relative to a plain step at this batch size, with "
+        "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
+        "for a model-based drafter; builtin: 0)"})
+
+
+def draft_overhead_field():
+    """``draft_overhead`` of a cost-aware policy (with the verify curve ``cost``)."""
+    return dataclasses.field(default=0.0, metadata={
+        "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
+        "given; a number)"})
+
+
+def step_cost_field():
+    """``step_cost`` of a cost-aware policy (:func:`policy_step_cost`)."""
+    return dataclasses.field(default=(), metadata={
+        "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
+        "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
+        "measured in the decode loop on this machine for a model-based drafter, cached)"})
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class AdaptiveState:
@@ -219,17 +242,9 @@ class AdaptivePolicy:
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
         "verify-curve JSON (FILE.json or FILE.json#B); default: the built-in curve that fits "
         "the target (float or w8a8)"})
-    draft_cost: float = dataclasses.field(default=0.0, metadata={
-        "help": "cost of one drafted token relative to a plain step at this batch size, with "
-        "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
-        "for a model-based drafter; builtin: 0)"})
-    draft_overhead: float = dataclasses.field(default=0.0, metadata={
-        "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
-        "given; a number)"})
-    step_cost: tuple[float, ...] = dataclasses.field(default=(), metadata={
-        "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
-        "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
-        "measured in the decode loop on this machine for a model-based drafter, cached)"})
+    draft_cost: float = draft_cost_field()
+    draft_overhead: float = draft_overhead_field()
+    step_cost: tuple[float, ...] = step_cost_field()
     decay: float = dataclasses.field(default=0.9, metadata={
         "help": "per-step decay of the accepted/rejected counts"})
     prior_accepted: float = 1.0

@@ -39,8 +39,9 @@ import jax.numpy as jnp
 
 from specjax.errors import PolicyError
 from specjax.policies.adaptive import (DEFAULT_COST, _parse_cost, check_draft_costs,
-                                       check_step_cost, geometric_tokens, never_pays,
-                                       policy_step_cost)
+                                       check_step_cost, draft_cost_field,
+                                       draft_overhead_field, geometric_tokens, never_pays,
+                                       policy_step_cost, step_cost_field)
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
 
@@ -53,17 +54,9 @@ class SmartSpecPolicy:
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens at this "
         "batch size (default: measured on this machine and cached; builtin | refresh | "
         "FILE.json[#B] | comma-separated values)"})
-    draft_cost: float = dataclasses.field(default=0.0, metadata={
-        "help": "cost of one drafted token relative to a plain step at this batch size, with "
-        "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
-        "for a model-based drafter; builtin: 0)"})
-    draft_overhead: float = dataclasses.field(default=0.0, metadata={
-        "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
-        "given; a number)"})
-    step_cost: tuple[float, ...] = dataclasses.field(default=(), metadata={
-        "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
-        "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
-        "measured in the decode loop on this machine for a model-based drafter, cached)"})
+    draft_cost: float = draft_cost_field()
+    draft_overhead: float = draft_overhead_field()
+    step_cost: tuple[float, ...] = step_cost_field()
     ema: float = dataclasses.field(default=0.3, metadata={
         "help": "weight of each step's observed acceptance rate in the moving average"})
     prior: float = dataclasses.field(default=0.6, metadata={
