@@ -12,10 +12,8 @@ Spec-Bench category (13 prompts), 64 new tokens, greedy, float32, one static cac
 positions. Journaled: `specjax bench --config configs/policies_draft_cost.py --time-limit
 MINUTES`, rerun the same command to continue.
 
-As run, the cost-aware policies priced a step by the verify curve plus the drafter's measured
-draft costs (draft-cost cache format 3); since 2026-11-28 they price a model-based drafter's
-step as timed in the decode loop (`step_cost`, specjax.draft_costs), so a rerun measures the
-new model (configs/policies_step_cost_b1.py ran it)."""
+As run, the cost-aware policies priced steps by draft-cost format 3; a rerun measures the
+current model (configs/README.md, "Cost models of the policy configs")."""
 
 from specjax.experiment import BenchConfig
 
