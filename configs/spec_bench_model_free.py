@@ -4,8 +4,10 @@ defaults: prompt lookup (the baseline), ``ngram`` (suffix cache + prompt lookup 
 recycling, the best source per row and step), Token Recycling's own figure, and SSSD (the
 request's text + the datastore shipped for SmolLM2, with the machine's flat-latency budget).
 The suffix cache and the SSSD datastore learn from every answer, in question order, as they
-would serving these requests. Journaled: rerun the same command to continue
-(`--time-limit MINUTES` per session)."""
+would serving these requests. Journaled; stopped at 33 of 130 questions (2026-11-28): its
+``ngram`` (a flat cut of each source's chain, token recycling from the target's top ids) is
+no longer the method's default, so the journal no longer continues (the header check refuses
+the changed configuration). Superseded by configs/spec_bench_model_free_2.py."""
 
 from specjax.experiment import BenchConfig
 

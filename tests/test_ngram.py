@@ -63,13 +63,55 @@ def test_confident_length():
     assert np.asarray(confident_length(a, 0.4, 12)).tolist() == [1, 8, 0, 12]
 
 
+def test_choice_prices_the_verify_block():
+    """(source, length) by expected tokens per verify cost: a cheaper shorter block wins over
+    a longer dearer one, a source's own chain length bounds it, nothing when nothing pays."""
+    from specjax.drafters.dynamic_exit import tpl_choice
+    from specjax.policies.adaptive import bucketed_cost
+
+    alpha = jnp.asarray([[0.9, 0.6], [0.9, 0.6], [0.2, 0.1]])
+    lens = jnp.asarray([[4, 4], [1, 4], [4, 4]])
+    flat = jnp.ones((5,), jnp.float32)
+    src, n, _ = tpl_choice(alpha, jnp.zeros((2,)), flat, lens)
+    # flat cost: the longest chain of the best source; row 1: source 0 has only one token
+    # (1.9 expected) against source 1's four (1 + .6 + .36 + .216 + .1296 = 2.31)
+    assert np.asarray(src).tolist() == [0, 1, 0] and np.asarray(n).tolist() == [4, 4, 4]
+    # T = 1 costs 1, T = 2 1.05, T = 3..4 1.5 (bucket 4), T = 5 3.0
+    cost = bucketed_cost((1.0, 1.05, 1.5, 1.5, 3.0), 4)
+    src, n, _ = tpl_choice(alpha, jnp.zeros((2,)), cost, lens)
+    # row 0: 1 + .9 + .81 + .729 = 3.439 / 1.5 = 2.29 beats 1.9 / 1.05 = 1.81 and 4.1 / 3
+    # row 1: source 0's one token, 1.9 / 1.05 = 1.81, beats source 1's 2.18 / 1.5 = 1.45
+    # (three tokens) and 1.6 / 1.05 = 1.52 (one); row 2: 1.2 / 1.05 = 1.14 > 1 still pays
+    assert np.asarray(n).tolist() == [3, 1, 1] and np.asarray(src).tolist() == [0, 0, 0]
+    dear = jnp.asarray([1.0, 1.3, 2.0, 2.0, 3.0])
+    src, n, _ = tpl_choice(alpha[2:], jnp.zeros((2,)), dear, lens[2:])
+    assert np.asarray(n).tolist() == [0]  # 1.2 / 1.3 < 1: plain step
+
+
+def test_drafts_nothing_where_no_block_pays(target, prompts, plain):
+    """A verify curve under which no draft pays: ngram decodes plainly (same tokens, nothing
+    drafted); a flat one: it drafts."""
+    dear = ",".join(["1"] + ["5"] * 16)
+    m = methods.build("ngram", target, {"k": "6", "cost": dear})
+    r = generate(target, prompts, max_new_tokens=14, drafter=m.drafter, policy=m.policy,
+                 batch_size=8)
+    assert r.tokens == plain and sum(r.extra["drafted"]) == 0
+    m = methods.build("ngram", target, {"k": "6", "cost": ",".join(["1"] * 8)})
+    r = generate(target, prompts, max_new_tokens=14, drafter=m.drafter, policy=m.policy,
+                 batch_size=8)
+    assert r.tokens == plain and sum(r.extra["drafted"]) > 0
+
+
 @pytest.mark.parametrize("sources", [
     "suffix,prompt_lookup,token_recycling",
     # the suite's time: each source alone under -m long (all three together run by default)
     pytest.param("token_recycling", marks=pytest.mark.long),
-    pytest.param("prompt_lookup", marks=pytest.mark.long)])
-def test_greedy_identity(target, prompts, plain, sources):
-    m = methods.build("ngram", target, {"sources": sources, "k": "6"})
+    pytest.param("prompt_lookup", marks=pytest.mark.long),
+    pytest.param("token_recycling,sssd", marks=pytest.mark.long)])
+@pytest.mark.parametrize("recycle_from", ["target", "text"])
+def test_greedy_identity(target, prompts, plain, sources, recycle_from):
+    m = methods.build("ngram", target, {"sources": sources, "k": "6",
+                                        "recycle_from": recycle_from})
     assert m.drafter.names == tuple(sources.split(","))
     for B in (1, 3, 8):
         r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,
@@ -98,6 +140,25 @@ def test_learns_across_requests_and_rows_end_mid_step(target, prompts, plain):
         assert r.tokens == [t[:n] for t in plain]
 
 
+def test_datastore_source_learns_and_restores(target, prompts, plain):
+    """The ``sssd`` source drafts from its datastore: after learning the answers it wins rows;
+    a snapshot taken before restores the datastore (and the suffix cache) as they were."""
+    from specjax.drafters.sssd import Datastore
+
+    ds, cache = Datastore(max_order=3, slots=1 << 12), SuffixCache(2048)
+    d = drafters.make("ngram", target, k=6, sources="suffix,sssd", cache=cache, datastore=ds,
+                      cost=[1.0] * 8)
+    snap = d.snapshot()
+    first = generate(target, prompts, max_new_tokens=14, drafter=d, batch_size=8)
+    assert first.tokens == plain and len(cache) == 8 and len(ds) > 0
+    d2 = drafters.make("ngram", target, k=6, sources="sssd", datastore=ds, cost=[1.0] * 8)
+    again = generate(target, prompts, max_new_tokens=14, drafter=d2, batch_size=8)
+    assert again.tokens == plain
+    assert sum(again.extra["ngram_sssd"]) > 0 and sum(again.extra["accepted"]) > 0
+    d.restore(snap)
+    assert len(cache) == 0 and len(ds) == 0
+
+
 def test_sampling_matches_the_target_distribution():
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])
@@ -114,7 +175,9 @@ def test_sampling_matches_the_target_distribution():
 
 @pytest.mark.parametrize("args,msg", [
     ({"sources": "suffix,bigram"}, "sources must be distinct names from suffix, "
-                                   "prompt_lookup, token_recycling"),
+                                   "prompt_lookup, token_recycling, sssd"),
+    ({"recycle_from": "model"}, "recycle_from must be 'target' or 'text'"),
+    ({"cost": "1,0,2"}, "cost must be a non-empty list of positive relative costs"),
     ({"sources": "suffix,suffix"}, "sources must be distinct"),
     ({"sources": ""}, "sources must be distinct"),
     ({"prior": "1.5"}, r"prior must be in \(0, 1\)"),

@@ -83,6 +83,31 @@ def test_table_is_the_targets_top_ids(target, prompts):
                 assert table[b, tok].tolist() == [0, 1, 2]
 
 
+def test_from_text_table_is_the_texts_successors(target, prompts):
+    """``from_text``: table[b, t] = the token after the latest occurrence of t in row b's
+    prompt (not its last token), no features asked of the target; after decoding, the
+    successors along the committed output too."""
+    from specjax.drafters.token_recycling import TokenRecyclingDrafter
+
+    V = target.cfg.vocab_size
+    d = TokenRecyclingDrafter(max_k=4, width=1, vocab_size=V, from_text=True)
+    assert d.features == FeatureSpec()
+    P = max(len(p) for p in prompts[:3])
+    toks = np.zeros((3, P), np.int32)
+    for i, p in enumerate(prompts[:3]):
+        toks[i, :len(p)] = p
+    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    table = np.asarray(d.init(None, target, jnp.asarray(toks), jnp.asarray(lens), 64, None))
+    for b in range(3):
+        want = {}
+        for t in range(lens[b] - 1):
+            want[toks[b, t]] = toks[b, t + 1]
+        for tok in range(V):
+            assert table[b, tok, 0] == want.get(tok, 0), (b, tok)
+    with pytest.raises(DrafterError, match="from_text keeps one successor per token"):
+        TokenRecyclingDrafter(max_k=4, width=2, vocab_size=V, from_text=True)
+
+
 @pytest.mark.parametrize("args", [
     pytest.param({}, id="default-tree"),
     pytest.param({"k": "3", "tree": "chain"}, id="chain-3", marks=pytest.mark.long),  # time

@@ -83,7 +83,8 @@ def tpl_choice(alpha, layer_cost, verify_cost, k):
       alpha: ``float32[B, C]`` acceptance estimate per row and candidate layer.
       layer_cost: ``float32[C]`` cost of one draft token at each candidate.
       verify_cost: ``float32[K + 1]`` cost of verifying ``d + 1`` tokens, ``d = 0..K``.
-      k: ``int32[B]`` the longest draft allowed per row.
+      k: ``int32[B]`` the longest draft allowed per row, or ``int32[B, C]`` per row and
+        candidate.
     Returns ``(layer_index int32[B], length int32[B], tpl float32[B])``; rows whose best is
     ``d = 0`` get layer index 0 (nothing is drafted).
     """
@@ -93,7 +94,8 @@ def tpl_choice(alpha, layer_cost, verify_cost, k):
     expected = jnp.cumsum(powers, axis=-1)
     cost = d[None] * layer_cost[:, None] + verify_cost[None]  # [C, K+1]
     tpl = expected / cost[None]
-    tpl = jnp.where(d[None, None] <= k[:, None, None], tpl, -jnp.inf)
+    k = k[:, None] if k.ndim == 1 else k  # [B, C] or [B, 1]
+    tpl = jnp.where(d[None, None] <= k[..., None], tpl, -jnp.inf)
     B, C = alpha.shape
     flat = tpl.reshape(B, C * (K + 1))
     # d = 0 costs the same at every layer: read it once so a tie goes to "no draft"

@@ -37,20 +37,25 @@ prompts drafted fewer tokens for as many accepted.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
 
 from specjax.drafters.base import DRAFTERS, StepContext, check_k
+from specjax.drafters.dynamic_exit import tpl_choice
 from specjax.drafters.prompt_lookup import PromptLookupDrafter
+from specjax.drafters.sssd import SSSDConfig, make_sssd
 from specjax.drafters.suffix import SuffixConfig, make_suffix
 from specjax.drafters.token_recycling import TokenRecyclingDrafter
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
+from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
 from specjax.tree import DraftTree
 
-SOURCES = ("suffix", "prompt_lookup", "token_recycling")
+SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
+DEFAULT_SOURCES = ("suffix", "prompt_lookup", "token_recycling")
 
 
 def _parse_sources(value, args=None) -> tuple[str, ...]:
@@ -68,9 +73,9 @@ class NgramConfig:
     """Options of ``ngram``."""
 
     k: int = dataclasses.field(default=16, metadata={"help": "maximum draft length"})
-    sources: tuple = dataclasses.field(default=SOURCES, metadata={
+    sources: tuple = dataclasses.field(default=DEFAULT_SOURCES, metadata={
         "parse": _parse_sources,
-        "help": "comma-separated draft sources: suffix, prompt_lookup, token_recycling"})
+        "help": "comma-separated draft sources: suffix, prompt_lookup, token_recycling, sssd"})
     prior: float = dataclasses.field(default=0.5, metadata={
         "help": "prior per-token acceptance of every source"})
     prior_weight: float = dataclasses.field(default=2.0, metadata={
@@ -80,12 +85,24 @@ class NgramConfig:
     min_gain: float = dataclasses.field(default=0.3, metadata={
         "help": "a source's chain is cut where a token's chance of being accepted (a^i) "
                 "falls below this"})
-    capacity: int = dataclasses.field(default=1 << 16, metadata={
-        "help": "suffix source: global cache slots for a new cache"})
+    cost: tuple[float, ...] | None = dataclasses.field(default=None, metadata={
+        "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
+        "verify-curve JSON; default: measured on this machine (specjax.cost_curves)"})
+    recycle_from: str = dataclasses.field(default="text", metadata={
+        "help": "token_recycling source: each token's successor as the target's top id after "
+                "it (target: top-id features in every verify forward) or as the next token "
+                "of the row's own text (text: no features)"})
+    capacity: int = dataclasses.field(default=1 << 14, metadata={
+        "help": "suffix source: global cache slots for a new cache (every step scans them "
+                "all: 1.1 ms per step at 65,536 on a 2-core CPU)"})
     cache: object = dataclasses.field(default=None, metadata={
         "help": "suffix source: a SuffixCache, a .npz path, or none (see the suffix method)"})
     learn: bool = dataclasses.field(default=True, metadata={
-        "help": "suffix source: append every output to the global cache after its batch"})
+        "help": "suffix and sssd sources: add every output to the global cache / the "
+                "datastore after its batch"})
+    datastore: object = dataclasses.field(default=None, metadata={
+        "help": "sssd source: a Datastore, a .npz path, a corpus directory, 'empty', or none "
+                "(the one shipped for the target; see the sssd method)"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -99,6 +116,11 @@ class NgramConfig:
         if not (isinstance(self.source_decay, (int, float)) and 0 < self.source_decay <= 1):
             raise DrafterError(f"ngram: source_decay must be in (0, 1], got "
                                f"{self.source_decay!r}")
+        if self.recycle_from not in ("target", "text"):
+            raise DrafterError(f"ngram: recycle_from must be 'target' or 'text', got "
+                               f"{self.recycle_from!r}")
+        if self.cost is not None and (len(self.cost) < 1 or any(c <= 0 for c in self.cost)):
+            raise DrafterError("ngram: cost must be a non-empty list of positive relative costs")
 
 
 def expected_accepted(alpha: jax.Array, n: jax.Array, K: int) -> jax.Array:
@@ -162,6 +184,7 @@ class NgramDrafter:
     prior_weight: float = 2.0
     source_decay: float = 0.9
     min_gain: float = 0.3
+    cost: tuple[float, ...] | None = None  # verify curve; None: every length priced alike
     tree: None = None
     name: str = "ngram"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
@@ -169,10 +192,12 @@ class NgramDrafter:
 
     @property
     def features(self) -> FeatureSpec:
-        return FeatureSpec(top_ids=1) if "token_recycling" in self.names else FeatureSpec()
+        return FeatureSpec(top_ids=max((d.features.top_ids for d in self.sources),
+                                       default=0))
 
-    def _suffix(self):
-        return next((d for d, n in zip(self.sources, self.names) if n == "suffix"), None)
+    def _learners(self):
+        """The sources that keep host-side text across calls (suffix cache, datastore)."""
+        return [d for d in self.sources if hasattr(d, "observe")]
 
     def params(self):
         return tuple(d.params() for d in self.sources)
@@ -199,11 +224,17 @@ class NgramDrafter:
         lens = jnp.stack(lens, axis=1)  # [B, S]
         alpha = running_alpha(state, self.prior, self.prior_weight)
         cut = jnp.minimum(lens, confident_length(alpha, self.min_gain, self.max_k))
-        gain = expected_accepted(alpha, cut, self.max_k)
-        src = jnp.argmax(gain, axis=1)  # ties: the first source listed
         B = drafts.shape[0]
+        if self.cost is None:  # the most expected accepted tokens (ties: the first source)
+            src = jnp.argmax(expected_accepted(alpha, cut, self.max_k), axis=1)
+            n = cut[jnp.arange(B), src]
+        else:  # the most expected tokens per verify cost, over (source, length), 0 included
+            S = len(self.sources)
+            src, n, _ = tpl_choice(alpha, jnp.zeros((S,), jnp.float32),
+                                   bucketed_cost(self.cost, self.max_k),
+                                   cut)
         tokens = drafts[jnp.arange(B), src]
-        n = jnp.where(ctx.live, cut[jnp.arange(B), src], 0)
+        n = jnp.where(ctx.live, n, 0)
         chosen = state["chosen"] + (jax.nn.one_hot(src, len(self.sources), dtype=jnp.int32)
                                     * (n > 0)[:, None])
         state = {**state, "subs": tuple(subs), "drafts": drafts, "lens": lens,
@@ -222,18 +253,17 @@ class NgramDrafter:
         return {f"ngram_{n}": state["chosen"][:, i] for i, n in enumerate(self.names)}
 
     def observe(self, prompts, outputs):
-        sx = self._suffix()
-        if sx is not None:
-            sx.observe(prompts, outputs)
+        for d in self._learners():
+            d.observe(prompts, outputs)
 
     def snapshot(self):
-        sx = self._suffix()
-        return None if sx is None else sx.snapshot()
+        return tuple(d.snapshot() for d in self._learners())
 
     def restore(self, snap):
-        sx = self._suffix()
-        if sx is not None and snap is not None:
-            sx.restore(snap)
+        if snap is None:
+            return
+        for d, s in zip(self._learners(), snap):
+            d.restore(s)
 
 
 @DRAFTERS.register("ngram", config=NgramConfig,
@@ -246,11 +276,17 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
         if name == "suffix":
             subs.append(make_suffix(SuffixConfig(k=cfg.k, capacity=cfg.capacity,
                                                  cache=cfg.cache, learn=cfg.learn), target_lm))
+        elif name == "sssd":  # the datastore with the request's own text; no budget: the
+            # cost-aware choice below prices the length
+            subs.append(make_sssd(SSSDConfig(k=cfg.k, datastore=cfg.datastore,
+                                             budget_tol=math.inf, learn=cfg.learn), target_lm))
         elif name == "prompt_lookup":
             subs.append(PromptLookupDrafter(max_k=cfg.k, max_ngram=3, min_ngram=2))
         else:
             subs.append(TokenRecyclingDrafter(max_k=cfg.k, width=1,
-                                              vocab_size=model.cfg.vocab_size))
+                                              vocab_size=model.cfg.vocab_size,
+                                              from_text=cfg.recycle_from == "text"))
     return NgramDrafter(max_k=cfg.k, sources=tuple(subs), names=tuple(cfg.sources),
                         prior=float(cfg.prior), prior_weight=float(cfg.prior_weight),
-                        source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain))
+                        source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain),
+                        cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm))

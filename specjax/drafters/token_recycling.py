@@ -78,13 +78,22 @@ class TokenRecyclingDrafter:
     width: int
     vocab_size: int
     tree: TreeSpec | None = None
+    # width 1 only: each token's successor in the row's own text (the prompt's next token,
+    # then the committed output's) instead of the target's top id there: no top-id features
+    # in the verify forward (greedy, the same entries along the output)
+    from_text: bool = False
     name: str = "token_recycling"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
 
+    def __post_init__(self):
+        if self.from_text and self.width != 1:
+            raise DrafterError(f"token_recycling: from_text keeps one successor per token "
+                               f"(width 1), got width {self.width}")
+
     @property
     def features(self) -> FeatureSpec:
-        return FeatureSpec(top_ids=self.width)
+        return FeatureSpec() if self.from_text else FeatureSpec(top_ids=self.width)
 
     def params(self):
         return None
@@ -93,6 +102,10 @@ class TokenRecyclingDrafter:
         B, P = prompt_tokens.shape
         junk = jnp.arange(self.width, dtype=jnp.int32)
         table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
+        if self.from_text:  # prompt[i] -> prompt[i + 1]
+            nxt = jnp.concatenate([prompt_tokens[:, 1:], prompt_tokens[:, :1]], axis=1)
+            valid = jnp.arange(P)[None] < prompt_lens[:, None] - 1
+            return record(table, prompt_tokens, nxt[..., None], valid)
         valid = jnp.arange(P)[None] < prompt_lens[:, None]
         return record(table, prompt_tokens, features.top_ids, valid)
 
@@ -119,6 +132,14 @@ class TokenRecyclingDrafter:
         # ctx is after the step: the root sat at the committed cache length, which grew by
         # n_acc + 1 (seq grew by as much unless an accepted EOS cut the block short)
         root_at = ctx.target_cache.lengths - 1 - n_acc
+        if self.from_text:  # seq[j] -> seq[j + 1] from the root through the new pending token
+            at = jnp.maximum(root_at, 0)[:, None] + jnp.arange(D + 1)[None]
+            L = ctx.seq.shape[1]
+            toks = jnp.take_along_axis(ctx.seq, jnp.minimum(at, L - 1), axis=1)
+            nxt = jnp.take_along_axis(ctx.seq, jnp.minimum(at + 1, L - 1), axis=1)
+            valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None] & (
+                at + 1 < ctx.seq_len[:, None])
+            return record(state, toks, nxt[..., None], valid)
         root = jnp.take_along_axis(ctx.seq, jnp.maximum(root_at, 0)[:, None], axis=1)
         nodes = jnp.take_along_axis(tree.tokens, jnp.maximum(path, 0), axis=1)
         toks = jnp.concatenate([root, nodes], axis=1)  # [B, D + 1]
