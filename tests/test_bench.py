@@ -165,6 +165,34 @@ def test_bench_inputs(tmp_path, prompts_file):
     assert main(["bench", "--methods", "ar,telepathy", "--prompts", str(prompts_file)]) == 2
 
 
+def test_bench_refuses_repeats_of_drafters_that_learn(tmp_path, tiny_gguf, prompts_file,
+                                                      capsys):
+    """A drafter that keeps what it saw across calls (suffix cache, datastore, STAND tables
+    kept) would draft a repeat from its own earlier answer: the bench refuses the run and
+    says what to change; learn=false / memory=call say it does not learn."""
+    from specjax import methods
+    from specjax.drafters.base import learns_across_calls
+    from specjax.models.loaders import load
+
+    lm = load(str(tiny_gguf))
+    for name, args, want in [("suffix", {}, True), ("suffix", {"learn": "false"}, False),
+                             ("sssd", {"datastore": "empty"}, True),
+                             ("ngram", {}, True), ("ngram", {"learn": "false"}, False),
+                             ("ngram", {"sources": "prompt_lookup"}, False),
+                             ("stand", {"memory": "keep"}, True), ("stand", {}, False),
+                             ("prompt_lookup", {}, False)]:
+        assert learns_across_calls(methods.build(name, lm, args).drafter) is want, (name, args)
+    for extra in (["--repeats", "2"], ["--repeats", "1", "--batch-sizes", "2"]):
+        rc = main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                   "--methods", "ar,prompt_lookup,ngram", "--prompts", str(prompts_file),
+                   "--max-new-tokens", "4", "--output", str(tmp_path / "r.json"), *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and "ngram learn from every answer across calls" in err, err
+        assert ("with --repeats 2 a prompt" in err) == (extra[1] == "2")
+        assert ("with --batch-sizes a prompt" in err) == (extra[1] == "1")
+        assert "learn=false" in err and not (tmp_path / "r.json").exists()
+
+
 @pytest.mark.long  # suite time (20 s); the peer model's parity with ours stays by default
 def test_bench_hf_peer(tmp_path, tiny_gguf, prompts_file):
     pytest.importorskip("torch")

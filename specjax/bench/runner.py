@@ -101,6 +101,19 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         for s in range(0, len(idx), batch_size):
             batches.append((cat, idx[s:s + batch_size]))
     sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
+    if repeats > 1 or sweep:
+        from specjax.drafters.base import learns_across_calls
+
+        leaky = [m for m in methods if learns_across_calls(built[m][0])]
+        if leaky:
+            again = " and ".join(x for x in (f"--repeats {repeats}" if repeats > 1 else "",
+                                             "--batch-sizes" if sweep else "") if x)
+            raise BenchError(
+                f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, a "
+                f"datastore or carried-over tables): with {again} a prompt is decoded again "
+                f"and would be drafted from its own earlier answer. Give those methods "
+                f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run with "
+                f"--repeats 1 and no --batch-sizes")
     peers = {}
     if peer == "hf":
         for kind in ("hf_ar", "hf_prompt_lookup"):

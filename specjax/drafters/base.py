@@ -164,6 +164,15 @@ def tree_field(default_k: int):
         " | fixed:<choices>[:iid] | levels:<w1>.<w2>..[:iid]"})
 
 
+def learns_across_calls(drafter) -> bool:
+    """Whether ``drafter`` keeps what it saw in one ``generate`` call for the next (a suffix
+    cache or datastore that learns every output, STAND tables carried over): its optional
+    ``learns_across_calls()`` hook. A benchmark that decodes a prompt twice with such a
+    drafter would draft the second run from the first run's answer."""
+    hook = getattr(drafter, "learns_across_calls", None)
+    return bool(hook()) if callable(hook) else False
+
+
 def check_k(k) -> int:
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise DrafterError(f"k (the maximum draft length) must be an integer >= 1, got {k!r}")

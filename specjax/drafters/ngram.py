@@ -265,6 +265,9 @@ class NgramDrafter:
         for d in self._learners():
             d.observe(prompts, outputs)
 
+    def learns_across_calls(self) -> bool:
+        return any(d.learns_across_calls() for d in self._learners())
+
     def snapshot(self):
         return tuple(d.snapshot() for d in self._learners())
 

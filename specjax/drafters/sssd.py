@@ -465,6 +465,9 @@ class SSSDDrafter:
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
 
+    def learns_across_calls(self) -> bool:
+        return self.learn
+
     def params(self):
         t = self.datastore.tables()
         return {k: jnp.asarray(v) for k, v in t.items()}

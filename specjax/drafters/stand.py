@@ -436,6 +436,10 @@ class StandDrafter:
         return record(state, self._group(B), rev, features.top_ids, features.top_probs, valid,
                       self.window)
 
+    def learns_across_calls(self) -> bool:
+        """``memory=keep`` or a file: the tables of one call are the next one's start."""
+        return self.memory is not None and not self.memory.per_call
+
     def snapshot(self):
         """What the tables carried over hold now (the benchmark times a run from it again)."""
         m = self.memory

@@ -317,6 +317,9 @@ class SuffixDrafter:
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
 
+    def learns_across_calls(self) -> bool:
+        return self.learn
+
     def params(self):
         return jnp.asarray(self.cache.array())
 
