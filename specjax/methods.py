@@ -24,7 +24,7 @@ METHODS = ("ar",) + tuple(DRAFTERS.names())
 DEFAULTS: dict[str, dict[str, Any]] = {
     "prompt_lookup": {"k": 16, "min_ngram": 2, "max_ngram": 3, "policy": "adaptive",
                       "decay": 0.97},
-    "ngram": {"k": 16, "policy": "fixed"},  # it cuts its chains itself (min_gain)
+    "ngram": {"k": 16, "policy": "fixed"},  # it prices its chains itself (verify curve)
     "early_exit": {"k": 3, "policy": "fixed"},
     "layer_skip": {"k": 3, "policy": "fixed"},
     "draft_model": {"k": 3, "policy": "fixed"},

@@ -178,6 +178,8 @@ def test_bench_refuses_repeats_of_drafters_that_learn(tmp_path, tiny_gguf, promp
     for name, args, want in [("suffix", {}, True), ("suffix", {"learn": "false"}, False),
                              ("sssd", {"datastore": "empty"}, True),
                              ("ngram", {}, True), ("ngram", {"learn": "false"}, False),
+                             ("ngram", {"learn": "false", "sources": "suffix,sssd",
+                                        "datastore": "empty"}, False),
                              ("ngram", {"sources": "prompt_lookup"}, False),
                              ("stand", {"memory": "keep"}, True), ("stand", {}, False),
                              ("prompt_lookup", {}, False)]:
@@ -434,6 +436,33 @@ def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, c
                "--journal", str(journal)])
     assert rc == 2
     assert "max_new_tokens: journal 12, now 9" in capsys.readouterr().err
+
+
+def test_resumed_journal_relearns_what_the_finished_runs_taught(tmp_path, tiny_gguf,
+                                                               prompts_file, monkeypatch):
+    """A drafter that learns every answer (the suffix cache) starts a resumed journal with
+    the finished runs' answers, in order, as the uninterrupted run would have it."""
+    import specjax.engine
+
+    seen = []
+    real = specjax.engine.generate
+
+    def spying(model, prompts, **kw):
+        d = kw.get("drafter")
+        if d is not None and d.name == "suffix":
+            seen.append(len(d.cache))
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(specjax.engine, "generate", spying)
+    journal = tmp_path / "j.jsonl"
+    cmd = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar,suffix",
+           "--prompts", str(prompts_file), "--max-new-tokens", "6", "--repeats", "1",
+           "--journal", str(journal), "--output", str(tmp_path / "r.json")]
+    assert main(cmd + ["--time-limit", "1e-9"]) == 0  # one batch: one prompt learnt
+    assert seen and seen[0] == 0
+    seen.clear()
+    assert main(cmd) == 0
+    assert seen[0] == 1, seen  # the resumed run's first batch drafts with the first answer
 
 
 def test_journal_accepts_a_pinned_default_not_another_config(tmp_path):

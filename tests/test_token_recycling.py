@@ -104,6 +104,25 @@ def test_from_text_table_is_the_texts_successors(target, prompts):
             want[toks[b, t]] = toks[b, t + 1]
         for tok in range(V):
             assert table[b, tok, 0] == want.get(tok, 0), (b, tok)
+    # a step: row 0 committed its root 4 (the prefill's token) and two nodes, 5 and 6, and
+    # 7 is pending; row 1's step accepted 2 then EOS 3 (the cut: seq ends there, the cache
+    # grew by 3 all the same); row 2 is finished (nothing recorded)
+    import types
+
+    from specjax.drafters.base import StepContext
+
+    seq = jnp.asarray([[1, 2, 3, 4, 5, 6, 7], [8, 9, 1, 2, 3, 0, 0], [1, 5, 0, 0, 0, 0, 0]])
+    ctx = StepContext(seq=seq, seq_len=jnp.asarray([7, 5, 2]),
+                      target_cache=types.SimpleNamespace(lengths=jnp.asarray([6, 5, 4])),
+                      keys=None, live=jnp.asarray([True, True, False]), temperature=None,
+                      top_k=None, top_p=None)
+    before = d.init(None, target, jnp.asarray([[1, 2, 3], [8, 9, 0], [1, 0, 0]]),
+                    jnp.asarray([3, 2, 1]), 64, None)
+    after = np.asarray(d.update(None, before, ctx, jnp.asarray([2, 2, 0]), None,
+                                jnp.zeros((3, 3), jnp.int32), None))[..., 0]
+    want = [{1: 2, 2: 3, 3: 4, 4: 5, 5: 6, 6: 7}, {8: 9, 9: 1, 1: 2, 2: 3}, {}]
+    for b in range(3):
+        assert {t: int(after[b, t]) for t in range(V) if after[b, t] != 0} == want[b], b
     with pytest.raises(DrafterError, match="from_text keeps one successor per token"):
         TokenRecyclingDrafter(max_k=4, width=2, vocab_size=V, from_text=True)
 

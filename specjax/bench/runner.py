@@ -166,12 +166,18 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
     if journal is not None:  # the resolved configs (defaults included) must match too
         journal.header["configs"] = {m: describe(*built[m]) for m in methods}
+        from specjax.drafters.base import learns_across_calls
+
+        where = {it["id"]: i for i, it in enumerate(items)}
         for rec in journal.load():
             done.add(rec["group"])
             journal_machines[rec.get("machine", "not recorded")] += 1
             for rd in rec["runs"]:
                 r = Run(**rd)
                 (sweep_runs if rec["sweep"] else runs).append(r)
+                d = built_for(r.method, r.batch_size)[0] if r.method in methods else None
+                if learns_across_calls(d):  # what it learnt from the finished runs, in order
+                    d.relearn([encoded[where[p]] for p in r.prompt_ids], r.tokens)
             for m, sec in rec["compile"].items():
                 if rec["sweep"]:
                     sweep_compile_s[rec["batch_size"]][m] += sec

@@ -96,7 +96,9 @@ class NgramConfig:
                 "falls below this"})
     cost: tuple[float, ...] | None = dataclasses.field(default=None, metadata={
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
-        "verify-curve JSON; default: measured on this machine (specjax.cost_curves)"})
+        "verify-curve JSON; default: measured on this machine (specjax.cost_curves) when "
+        "built by name (methods.build, the CLI), else the built-in curve; the drafter's own: "
+        "with policy=adaptive the policy's curve is measured apart"})
     recycle_from: str = dataclasses.field(default="text", metadata={
         "help": "token_recycling source: each token's successor as the target's top id after "
                 "it (target: top-id features in every verify forward) or as the next token "
@@ -193,7 +195,11 @@ class NgramDrafter:
     prior_weight: float = 2.0
     source_decay: float = 0.9
     min_gain: float = 0.3
-    cost: tuple[float, ...] | None = None  # verify curve; None: every length priced alike
+    # the verify curve; None (a drafter built by hand): the source with the most expected
+    # accepted tokens, its whole (cut) chain, as before the choice was priced
+    cost: tuple[float, ...] | None = None
+    recycle_from: str = "text"
+    capacity: int = 0
     tree: None = None
     name: str = "ngram"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
@@ -203,6 +209,15 @@ class NgramDrafter:
     def features(self) -> FeatureSpec:
         return FeatureSpec(top_ids=max((d.features.top_ids for d in self.sources),
                                        default=0))
+
+    @property
+    def description(self) -> str:
+        """The options that change its drafts (results files and journal headers; the cost
+        curve is the machine's and is left out)."""
+        return (f"sources={','.join(self.names)} recycle_from={self.recycle_from} "
+                f"capacity={self.capacity} min_gain={self.min_gain} prior={self.prior} "
+                f"prior_weight={self.prior_weight} source_decay={self.source_decay} "
+                f"priced={self.cost is not None}")
 
     def _learners(self):
         """The sources that keep host-side text across calls (suffix cache, datastore)."""
@@ -268,6 +283,10 @@ class NgramDrafter:
     def learns_across_calls(self) -> bool:
         return any(d.learns_across_calls() for d in self._learners())
 
+    def relearn(self, prompts, outputs) -> None:
+        for d in self._learners():
+            d.relearn(prompts, outputs)
+
     def snapshot(self):
         return tuple(d.snapshot() for d in self._learners())
 
@@ -279,8 +298,9 @@ class NgramDrafter:
 
 
 @DRAFTERS.register("ngram", config=NgramConfig,
-                   doc="suffix cache, prompt lookup and token recycling side by side, the "
-                       "source with the best expected gain per row and step (model-free)")
+                   doc="suffix cache, prompt lookup and token recycling (optionally the SSSD "
+                       "datastore) side by side: per row and step the source and length with "
+                       "the most expected tokens per verify cost (model-free)")
 def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
     model = getattr(target_lm, "model", target_lm)
     subs = []
@@ -301,4 +321,7 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
     return NgramDrafter(max_k=cfg.k, sources=tuple(subs), names=tuple(cfg.sources),
                         prior=float(cfg.prior), prior_weight=float(cfg.prior_weight),
                         source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain),
-                        cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm))
+                        cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm),
+                        recycle_from=cfg.recycle_from,
+                        capacity=next((d.capacity for d, n in zip(subs, cfg.sources)
+                                       if n == "suffix"), 0))

@@ -468,6 +468,12 @@ class SSSDDrafter:
     def learns_across_calls(self) -> bool:
         return self.learn
 
+    def relearn(self, prompts, outputs) -> None:
+        """A resumed benchmark journal: learn the outputs of the finished runs again, unless
+        the datastore is a file that kept them (autosaved)."""
+        if self.learn and not (self.datastore.autosave and self.datastore.path is not None):
+            self.observe(prompts, outputs)
+
     def params(self):
         t = self.datastore.tables()
         return {k: jnp.asarray(v) for k, v in t.items()}

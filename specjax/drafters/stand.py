@@ -440,6 +440,15 @@ class StandDrafter:
         """``memory=keep`` or a file: the tables of one call are the next one's start."""
         return self.memory is not None and not self.memory.per_call
 
+    def relearn(self, prompts, outputs) -> None:
+        """A resumed benchmark journal: the tables come from the target's features, which a
+        journal does not keep; a file (``memory=FILE.npz``) kept them, ``memory=keep`` did
+        not."""
+        if self.learns_across_calls() and self.memory.path is None:
+            raise DrafterError("stand with memory=keep: the tables carried between calls "
+                               "cannot be rebuilt from a benchmark journal; use "
+                               "memory=FILE.npz (kept on disk) or memory=call")
+
     def snapshot(self):
         """What the tables carried over hold now (the benchmark times a run from it again)."""
         m = self.memory

@@ -320,6 +320,12 @@ class SuffixDrafter:
     def learns_across_calls(self) -> bool:
         return self.learn
 
+    def relearn(self, prompts, outputs) -> None:
+        """A resumed benchmark journal: learn the outputs of the finished runs again, unless
+        the cache is a file that kept them (autosaved)."""
+        if self.learn and not (self.cache.autosave and self.cache.path is not None):
+            self.observe(prompts, outputs)
+
     def params(self):
         return jnp.asarray(self.cache.array())
 

@@ -15,7 +15,10 @@ each step (the verify pass's features along the accepted path; the paper also re
 rejected nodes' candidates: their contexts did not happen, so they are left out here). When a
 token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
 ..., width - 1`` (junk that verification rejects). The table lives for one ``generate`` call
-(the paper keeps it across requests: a hot start, not done here).
+(the paper keeps it across requests: a hot start, not done here). With ``from_text`` (width
+1, the ``ngram`` drafter's default source) an entry is instead the token that followed ``t``
+in the row's own text, prompt and output: no top ids are asked of the target (greedy, the
+same entries along the output).
 
 The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
 The default tree (``levels:4.3.2.1``: 10 nodes, depth 4; for another ``k`` its first
@@ -132,12 +135,16 @@ class TokenRecyclingDrafter:
         # ctx is after the step: the root sat at the committed cache length, which grew by
         # n_acc + 1 (seq grew by as much unless an accepted EOS cut the block short)
         root_at = ctx.target_cache.lengths - 1 - n_acc
-        if self.from_text:  # seq[j] -> seq[j + 1] from the root through the new pending token
-            at = jnp.maximum(root_at, 0)[:, None] + jnp.arange(D + 1)[None]
+        if self.from_text:
+            # seq[j] -> seq[j + 1] from the token before the root through the new pending
+            # token: the pair into the root is new on the first step (the prompt's last
+            # token -> the prefill's token) and recorded again, harmlessly, after that
+            j = jnp.arange(-1, D + 1)[None]  # [1, D + 2]
+            at = root_at[:, None] + j
             L = ctx.seq.shape[1]
-            toks = jnp.take_along_axis(ctx.seq, jnp.minimum(at, L - 1), axis=1)
-            nxt = jnp.take_along_axis(ctx.seq, jnp.minimum(at + 1, L - 1), axis=1)
-            valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None] & (
+            toks = jnp.take_along_axis(ctx.seq, jnp.clip(at, 0, L - 1), axis=1)
+            nxt = jnp.take_along_axis(ctx.seq, jnp.clip(at + 1, 0, L - 1), axis=1)
+            valid = (j <= n_acc[:, None]) & (at >= 0) & ctx.live[:, None] & (
                 at + 1 < ctx.seq_len[:, None])
             return record(state, toks, nxt[..., None], valid)
         root = jnp.take_along_axis(ctx.seq, jnp.maximum(root_at, 0)[:, None], axis=1)
