@@ -49,12 +49,21 @@ def test_miss_measures_and_caches_then_hits(lm, tmp_path):
     assert len(files) == 1 and json.loads(files[0].read_text())["key"]["batch"] == 1
     again = cc.measured_cost(lm, 8, 1, mode="auto", directory=tmp_path, measure=probe)
     assert again == curve and len(probe.calls) == 1  # a hit: nothing measured
-    # a smaller k reads the same file; batch 3 is in bucket 4: another file, measured
-    assert cc.measured_cost(lm, 4, 1, directory=tmp_path, measure=probe) == curve[:5]
-    assert cc.measured_cost(lm, 2, 1, directory=tmp_path, measure=probe) == curve[:3]
+    # a smaller k whose blocks were measured reads the same file (k = 7: 1, 2, 4, 8)
+    assert cc.measured_cost(lm, 7, 1, directory=tmp_path, measure=probe) == curve[:8]
+    assert cc.measured_cost(lm, 1, 1, directory=tmp_path, measure=probe) == curve[:2]
     assert len(probe.calls) == 1
+    # k = 4 verifies a 5-token block, never measured: measured with the file's sizes, kept
+    with pytest.warns(cc.CostCurveWarning, match=r"no measured block size 5 \(has 1, 2, 4, "
+                                                 r"8, 9\)"):
+        assert cc.measured_cost(lm, 4, 1, directory=tmp_path, measure=probe,
+                                say=lambda s: None) == curve[:5]
+    assert probe.calls[-1] == (1, 2, 4, 5, 8, 9)
+    assert cc.measured_cost(lm, 8, 1, directory=tmp_path, measure=probe) == curve
+    assert len(probe.calls) == 2
+    # batch 3 is in bucket 4: another file, measured
     cc.measured_cost(lm, 8, 3, directory=tmp_path, measure=probe, say=lambda s: None)
-    assert len(probe.calls) == 2 and len(list(tmp_path.glob("*.json"))) == 2
+    assert len(probe.calls) == 3 and len(list(tmp_path.glob("*.json"))) == 2
     # refresh measures again and replaces the file
     cc.measured_cost(lm, 8, 1, mode="refresh", directory=tmp_path, measure=FakeProbe(0.5),
                      say=lambda s: None)
@@ -67,9 +76,10 @@ def test_stale_and_corrupt_files_are_measured_again(lm, tmp_path):
     cc.measured_cost(lm, 4, 1, **kw)
     (path,) = tmp_path.glob("*.json")
     # a larger k needs block sizes the file lacks
-    with pytest.warns(cc.CostCurveWarning, match=r"stops at block size 5, 9 is needed"):
+    with pytest.warns(cc.CostCurveWarning, match=r"no measured block size 8, 9 \(has 1, 2, "
+                                                 r"4, 5\)"):
         cc.measured_cost(lm, 8, 1, **kw)
-    assert probe.calls[-1] == (1, 2, 4, 8, 9)
+    assert probe.calls[-1] == (1, 2, 4, 5, 8, 9)
     path.write_text("{not json")
     with pytest.warns(cc.CostCurveWarning, match="is corrupt"):
         cc.measured_cost(lm, 8, 1, **kw)

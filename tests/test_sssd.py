@@ -118,9 +118,11 @@ def test_hashes_agree_and_collisions_keep_the_more_frequent_context():
 def test_flat_budget_on_a_hand_computed_curve():
     cost = [1.0, 1.1, 1.2, 1.3, 1.5, 1.75, 2.2, 2.6]  # T = 1..8, then +0.4 per token
     caps = flat_budget(cost, 0.5, 6, max_batch=4)
-    # B=1: cost(T) <= 1.5 up to T=5 -> k=4; B=2: cost(2(k+1)) <= 1.65: T=4 -> k=1;
-    # B=3: cost(3(k+1)) <= 1.8: T=6 -> k=1; B=4: cost(4(k+1)) <= 1.95: T=4 only -> k=0
-    assert caps == (4, 1, 1, 0)
+    # the verify blocks for K = 6: 1, 2, 4, 7 (k tokens: the block >= k + 1)
+    # B=1: <= 1.5: k = 3 (block 4, 1.3); k = 4 would be block 7 (2.2), not T = 5's 1.5
+    # B=2: <= 1.65: k = 1 (2 x 2 = 4 tokens, 1.3); k = 2: 2 x 4 = 8 (2.6)
+    # B=3: <= 1.8: k = 1 (3 x 2 = 6, 1.75); B=4: <= 1.95: 4 x 2 = 8 (2.6) -> k = 0
+    assert caps == (3, 1, 1, 0)
     assert flat_budget(cost, 100.0, 6, max_batch=1) == (6,)
 
 

@@ -24,11 +24,13 @@ stays almost free while the batch's verified tokens stay within what the hardwar
 about the latency of one token. Its exact formula is not in the abstract; here (card C9's
 inferred rule) the budget is read off the verify-cost curve of the machine the drafter runs on
 (:func:`specjax.cost_curves.measured_cost`, measured once and cached): at batch ``B`` a row
-drafts at most the largest ``k`` with ``cost(B * (k + 1)) <= (1 + budget_tol) * cost(B)``,
-where ``cost(T)`` is the relative time of a forward over ``T`` tokens at batch 1 (a batch of
-``B`` rows of ``k + 1`` tokens does about the work of one row of ``B * (k + 1)``). On the AMD
-CPU of docs/benchmarks.md with ``budget_tol = 0.5`` that is 5 tokens at batch 1, 2 at batch 4
-and none at 16: drafting backs off where verifying stops being cheap.
+drafts at most the largest ``k`` with ``cost(B * T(k)) <= (1 + budget_tol) * cost(B)``,
+where ``T(k)`` is the verify block the engine runs for ``k + 1`` tokens (its bucket) and
+``cost(T)`` the relative time of a forward over ``T`` tokens at batch 1 (a batch of ``B``
+rows of ``T`` tokens does about the work of one row of ``B * T``). On the AMD CPU of
+docs/benchmarks.md with ``budget_tol = 0.5`` that is 7 tokens at batch 1 (the 8-token block
+at 1.21 one-token forwards; the 9-token block costs 1.74), 3 at batch 2, 1 at batch 3 and 4,
+none from 5 (curve of 2026-11-28): drafting backs off where verifying stops being cheap.
 
 **The datastore** (:class:`Datastore`) is host side: token documents (bounded, FIFO eviction)
 from which the hash tables are built with numpy (about a second per million tokens) and
@@ -58,6 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.drafters import _documents
+from specjax.buckets import verify_buckets
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids
 from specjax.drafters.suffix import suffix_draft
 from specjax.errors import DrafterError
@@ -382,17 +385,23 @@ def datastore_draft(tables, seq, seq_len, K: int, max_order: int, min_order: int
 
 def flat_budget(cost: Sequence[float], tol: float, K: int, max_batch: int = 64) -> tuple:
     """``caps[B - 1]``: the most tokens a row drafts at batch ``B`` (see the module docstring),
-    from the relative cost curve ``cost[T - 1]`` (batch 1, linearly extrapolated)."""
+    from the relative cost curve ``cost[T - 1]`` (batch 1, linearly extrapolated). A draft of
+    ``k`` tokens is verified as the engine's block for ``k + 1`` (its bucket,
+    :func:`specjax.buckets.verify_buckets`), so that block's size is what is priced."""
     c = [float(x) for x in cost]
     slope = (c[-1] - c[-2]) if len(c) >= 2 else 1.0
+    buckets = verify_buckets(K)
 
     def at(T):
         return c[T - 1] if T <= len(c) else c[-1] + slope * (T - len(c))
 
+    def block(k):  # the verify block of a k-token draft
+        return next(b for b in buckets if b >= k + 1)
+
     caps = []
     for B in range(1, max_batch + 1):
         k = 0
-        while k < K and at(B * (k + 2)) <= (1 + tol) * at(B):
+        while k < K and at(B * block(k + 1)) <= (1 + tol) * at(B):
             k += 1
         caps.append(k)
     return tuple(caps)
