@@ -46,3 +46,9 @@ def verify_buckets(K: int) -> tuple[int, ...]:
         b *= 2
     out.append(K + 1)
     return tuple(out)
+
+
+def verify_block(k: int, K: int) -> int:
+    """The block a draft of ``k`` tokens is verified in (``k + 1`` tokens, rounded up to the
+    next of :func:`verify_buckets` of ``K``)."""
+    return next(b for b in verify_buckets(K) if b >= k + 1)

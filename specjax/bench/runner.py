@@ -18,6 +18,7 @@ from specjax.bench.journal import Journal
 from specjax.bench.machine import machine_description, utc_now
 from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
+from specjax.drafters.base import learns_across_calls
 from specjax.errors import BenchError
 from specjax.methods import build, describe
 from specjax.cost_curves import batch_bucket
@@ -102,8 +103,6 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             batches.append((cat, idx[s:s + batch_size]))
     sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
     if repeats > 1 or sweep:
-        from specjax.drafters.base import learns_across_calls
-
         leaky = [m for m in methods if learns_across_calls(built[m][0])]
         if leaky:
             again = " and ".join(x for x in (f"--repeats {repeats}" if repeats > 1 else "",
@@ -166,8 +165,6 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
     if journal is not None:  # the resolved configs (defaults included) must match too
         journal.header["configs"] = {m: describe(*built[m]) for m in methods}
-        from specjax.drafters.base import learns_across_calls
-
         where = {it["id"]: i for i, it in enumerate(items)}
         for rec in journal.load():
             done.add(rec["group"])

@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.drafters import _documents
-from specjax.buckets import verify_buckets
+from specjax.buckets import verify_block
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids
 from specjax.drafters.suffix import suffix_draft
 from specjax.errors import DrafterError
@@ -390,18 +390,14 @@ def flat_budget(cost: Sequence[float], tol: float, K: int, max_batch: int = 64) 
     :func:`specjax.buckets.verify_buckets`), so that block's size is what is priced."""
     c = [float(x) for x in cost]
     slope = (c[-1] - c[-2]) if len(c) >= 2 else 1.0
-    buckets = verify_buckets(K)
 
     def at(T):
         return c[T - 1] if T <= len(c) else c[-1] + slope * (T - len(c))
 
-    def block(k):  # the verify block of a k-token draft
-        return next(b for b in buckets if b >= k + 1)
-
     caps = []
     for B in range(1, max_batch + 1):
         k = 0
-        while k < K and at(B * block(k + 1)) <= (1 + tol) * at(B):
+        while k < K and at(B * verify_block(k + 1, K)) <= (1 + tol) * at(B):
             k += 1
         caps.append(k)
     return tuple(caps)

@@ -30,7 +30,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from specjax.buckets import verify_buckets
+from specjax.buckets import verify_block
 from specjax.errors import PolicyError
 from specjax.policies.base import POLICIES, check_max_k, max_k_field
 
@@ -111,10 +111,9 @@ def geometric_tokens(a: jnp.ndarray, max_k: int) -> jnp.ndarray:
 def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
     """``cost[k]`` for drafting k = 0..max_k: the relative cost of the verify block the engine
     runs for ``k + 1`` tokens (its bucketed size; linearly extrapolated past the curve)."""
-    buckets = verify_buckets(max_k)
     out = []
     for k in range(max_k + 1):
-        T = next(b for b in buckets if b >= k + 1)
+        T = verify_block(k, max_k)
         c = cost[min(T, len(cost)) - 1]
         if T > len(cost):  # extrapolate linearly from the last two points
             slope = (cost[-1] - cost[-2]) if len(cost) > 1 else 0.1
