@@ -612,9 +612,13 @@ def main():
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
-                        ("bench_spec_bench_model_free_2", "Model-free drafters on Spec-Bench "
+                        ("bench_spec_bench_model_free_3", "Model-free drafters on Spec-Bench "
                                                           "(10 questions per category, 128 "
                                                           "tokens)"),
+                        ("bench_spec_bench_model_free_2", "Model-free drafters on Spec-Bench, "
+                                                          "second run, stopped at 18 "
+                                                          "questions: `ngram` without the "
+                                                          "SSSD datastore source"),
                         ("bench_spec_bench_model_free", "Model-free drafters on Spec-Bench, "
                                                         "first run, stopped: the earlier "
                                                         "`ngram` (10 questions per category, "

@@ -14,7 +14,7 @@ from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tin
     three_token_law
 from specjax import drafters, methods
 from specjax.drafters.sssd import Datastore, build_tables, context_hash, datastore_draft, \
-    flat_budget
+    flat_budget, order_hashes
 from specjax.engine import generate
 from specjax.errors import DrafterError
 from specjax.sampling import SamplingParams
@@ -98,6 +98,15 @@ def test_datastore_draft_equals_brute_force(seed):
             got = np.asarray(toks[i, :int(length[i])]).tolist()
             assert got == want, (i, r, min_order, min_prob)
             assert (int(order[i]) > 0) == bool(want)
+
+
+def test_order_hashes_are_each_orders_context_hash():
+    window = np.random.default_rng(4).integers(0, 50000, (7, 5)).astype(np.int32)
+    h1, h2 = order_hashes(jnp.asarray(window))
+    for n in range(1, 6):
+        a1, a2 = context_hash(window[:, 5 - n:], np)
+        assert np.array_equal(a1, np.asarray(h1[:, n - 1]))
+        assert np.array_equal(a2, np.asarray(h2[:, n - 1]))
 
 
 def test_hashes_agree_and_collisions_keep_the_more_frequent_context():

@@ -16,9 +16,12 @@ Every step each source drafts a chain from the row's context (all inside the com
   second and a half of prefill on the 2-core CPU, 1.2 ms per step). Greedy, the two agree
   along the output; they differ on the prompt (its actual next token against the target's
   guess);
-* ``sssd`` (not a default source): the SSSD drafter's chain (the request's own text or the
-  shipped datastore, :mod:`specjax.drafters.sssd`, without its budget; ``datastore`` passes
-  through).
+* ``sssd``: the chain of the SSSD datastore (n-gram statistics of the target's own answers
+  shipped for it, or an empty datastore for another model, and of earlier outputs,
+  :mod:`specjax.drafters.sssd`, without its budget and without its own-text match, which
+  the suffix source covers; ``datastore`` passes through). A default source since
+  2026-11-28: on the coding, STEM and writing questions where the other sources find little
+  it cut target forwards by 10-20% (docs/benchmarks_notes.md).
 
 Each row drafts the (source, length ``n``) with the most expected tokens per unit of verify
 cost, ``(1 + sum_{i <= n} a_s ** i) / cost(n + 1)``, where ``a_s`` is the row's running
@@ -64,7 +67,7 @@ from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
 from specjax.tree import DraftTree
 
 SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
-DEFAULT_SOURCES = ("suffix", "prompt_lookup", "token_recycling")
+DEFAULT_SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
 
 
 def _parse_sources(value, args=None) -> tuple[str, ...]:
@@ -298,8 +301,8 @@ class NgramDrafter:
 
 
 @DRAFTERS.register("ngram", config=NgramConfig,
-                   doc="suffix cache, prompt lookup and token recycling (optionally the SSSD "
-                       "datastore) side by side: per row and step the source and length with "
+                   doc="suffix cache, prompt lookup, token recycling and the SSSD datastore "
+                       "side by side: per row and step the source and length with "
                        "the most expected tokens per verify cost (model-free)")
 def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
     model = getattr(target_lm, "model", target_lm)
@@ -308,10 +311,12 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
         if name == "suffix":
             subs.append(make_suffix(SuffixConfig(k=cfg.k, capacity=cfg.capacity,
                                                  cache=cfg.cache, learn=cfg.learn), target_lm))
-        elif name == "sssd":  # the datastore with the request's own text; no budget: the
+        elif name == "sssd":  # the datastore alone (own text: the suffix source); no budget: the
             # cost-aware choice below prices the length
-            subs.append(make_sssd(SSSDConfig(k=cfg.k, datastore=cfg.datastore,
-                                             budget_tol=math.inf, learn=cfg.learn), target_lm))
+            subs.append(dataclasses.replace(
+                make_sssd(SSSDConfig(k=cfg.k, datastore=cfg.datastore, budget_tol=math.inf,
+                                     learn=cfg.learn), target_lm),
+                own_text=False))
         elif name == "prompt_lookup":
             subs.append(PromptLookupDrafter(max_k=cfg.k, max_ngram=3, min_ngram=2))
         else:

@@ -347,40 +347,72 @@ class Datastore:
 # ------------------------------------------------------------------------------ in the loop
 
 
+def order_hashes(window):
+    """:func:`context_hash` of every suffix of ``window[B, O]`` at once: ``(slot hash, check
+    hash)``, each ``uint32[B, O]`` with order ``n`` (the last ``n`` tokens) in column ``n - 1``
+    (jax; one pass over the window instead of one per order)."""
+    u = jnp.uint32
+    B, O = window.shape
+    orders = jnp.arange(1, O + 1, dtype=jnp.uint32)
+    out = []
+    for seed, prime in _SEEDS:
+        h = jnp.broadcast_to(u(seed) ^ (orders * u(0x9E3779B9)), (B, O))
+        for t in range(O):  # window position t belongs to order n's context iff t >= O - n
+            inside = (t >= O - orders.astype(jnp.int32))[None]
+            h = jnp.where(inside, (h ^ window[:, t:t + 1].astype(u)) * u(prime), h)
+        out.append(_fmix(h, jnp))
+    return out[0], out[1]
+
+
 def datastore_draft(tables, seq, seq_len, K: int, max_order: int, min_order: int,
                     min_prob: float):
     """The datastore's chain of each row: ``(tokens int32[B, K], length int32[B],
-    order int32[B])`` (``order``: the context order of the first token, 0 for none)."""
+    order int32[B])`` (``order``: the context order of the first token, 0 for none).
+
+    Each token looks up every order at once (:func:`order_hashes`, one gather per table) and
+    takes the highest order that knows the context; the chain grows in a ``while_loop`` that
+    ends when no row is still going, so a step costs what its longest chain needs. (One
+    order at a time over all ``K`` positions cost 17 ms per step at batch 1 on the project's
+    2-core CPU, about a third of a target forward; this costs 0.14 ms.)"""
     B, L = seq.shape
+    O = max_order
     S = tables["check"].shape[1]
-    back = seq_len[:, None] - max_order + jnp.arange(max_order, dtype=jnp.int32)[None]
+    back = seq_len[:, None] - O + jnp.arange(O, dtype=jnp.int32)[None]
     window = jnp.where(back >= 0, jnp.take_along_axis(seq, jnp.maximum(back, 0), axis=1), -1)
-    going = jnp.ones((B,), bool)
-    prob = jnp.ones((B,), jnp.float32)
-    toks, length, first_order = [], jnp.zeros((B,), jnp.int32), jnp.zeros((B,), jnp.int32)
-    for d in range(K):
-        tok = jnp.zeros((B,), jnp.int32)
-        p = jnp.zeros((B,), jnp.float32)
-        found = jnp.zeros((B,), jnp.int32)  # order of the hit, 0 for none
-        for n in range(max_order, 0, -1):
-            ctx = window[:, max_order - n:]
-            h1, h2 = context_hash(ctx, jnp)
-            slot = (h1 & jnp.uint32(S - 1)).astype(jnp.int32)
-            cnt = tables["count"][n - 1][slot]
-            check = jax.lax.bitcast_convert_type(h2, jnp.int32)
-            hit = (jnp.all(ctx >= 0, axis=1) & (cnt > 0)
-                   & (tables["check"][n - 1][slot] == check) & (found == 0))
-            tok = jnp.where(hit, tables["next"][n - 1][slot], tok)
-            p = jnp.where(hit, cnt / jnp.maximum(tables["total"][n - 1][slot], 1), p)
-            found = jnp.where(hit, n, found)
+    col = jnp.arange(O, dtype=jnp.int32)[None]  # order n - 1
+
+    def lookup(window):
+        h1, h2 = order_hashes(window)
+        slot = (h1 & jnp.uint32(S - 1)).astype(jnp.int32)
+        cnt = tables["count"][col, slot]
+        # order n needs its n tokens: the window's trailing run of real tokens
+        known = jnp.sum(jnp.cumprod((window >= 0)[:, ::-1], axis=1), axis=1)
+        hit = ((col < known[:, None]) & (cnt > 0)
+               & (tables["check"][col, slot] == jax.lax.bitcast_convert_type(h2, jnp.int32)))
+        found = jnp.max(jnp.where(hit, col + 1, 0), axis=1)  # highest order hit, 0 none
+        pick = jnp.maximum(found - 1, 0)[:, None]
+        at = jnp.take_along_axis(slot, pick, axis=1)[:, 0]
+        row = pick[:, 0]
+        tok = tables["next"][row, at]
+        p = jnp.where(found > 0, tables["count"][row, at]
+                      / jnp.maximum(tables["total"][row, at], 1), 0.0)
+        return tok, p, found
+
+    def body(c):
+        d, window, prob, going, toks, length, first = c
+        tok, p, found = lookup(window)
         prob = prob * p
         going = going & (found >= min_order) & (prob >= min_prob)
-        if d == 0:
-            first_order = jnp.where(going, found, 0)
-        length = length + going
-        toks.append(jnp.where(going, tok, 0))
+        first = jnp.where(d == 0, jnp.where(going, found, 0), first)
+        toks = jax.lax.dynamic_update_slice(toks, jnp.where(going, tok, 0)[:, None], (0, d))
         window = jnp.concatenate([window[:, 1:], tok[:, None]], axis=1)
-    return jnp.stack(toks, axis=1), length.astype(jnp.int32), first_order
+        return d + 1, window, prob, going, toks, length + going, first
+
+    z = jnp.zeros((B,), jnp.int32)
+    c = (jnp.int32(0), window, jnp.ones((B,), jnp.float32), jnp.ones((B,), bool),
+         jnp.zeros((B, K), jnp.int32), z, z)
+    c = jax.lax.while_loop(lambda c: (c[0] < K) & jnp.any(c[3]), body, c)
+    return c[4], c[5].astype(jnp.int32), c[6]
 
 
 def flat_budget(cost: Sequence[float], tol: float, K: int, max_batch: int = 64) -> tuple:
@@ -461,6 +493,9 @@ class SSSDDrafter:
     max_depth: int
     caps: tuple  # caps[B - 1]: the budget at batch B (B > len: the last)
     learn: bool = True
+    # False: the datastore's chain only (``ngram``'s source: its suffix source already
+    # drafts from the row's own text)
+    own_text: bool = True
     # the tables are an argument of the compiled loop (params), not part of it
     datastore: Datastore | None = dataclasses.field(default=None, compare=False, hash=False,
                                                     repr=False)
@@ -493,13 +528,16 @@ class SSSDDrafter:
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         B = ctx.seq.shape[0]
         K = self.max_k
-        own_tok, own_len, _, own_match = suffix_draft(
-            jnp.zeros((0,), jnp.int32), ctx.seq, ctx.seq_len, K, self.max_depth, 8, 1, 0.1,
-            1.0)
         ds_tok, ds_len, ds_order = datastore_draft(params, ctx.seq, ctx.seq_len, K,
                                                    self.max_order, self.min_order,
                                                    self.min_prob)
-        own = (own_len > 0) & ((own_match >= ds_order) | (ds_len == 0))
+        if self.own_text:
+            own_tok, own_len, _, own_match = suffix_draft(
+                jnp.zeros((0,), jnp.int32), ctx.seq, ctx.seq_len, K, self.max_depth, 8, 1,
+                0.1, 1.0)
+            own = (own_len > 0) & ((own_match >= ds_order) | (ds_len == 0))
+        else:
+            own_tok, own_len, own = ds_tok, ds_len, jnp.zeros((B,), bool)
         tokens = jnp.where(own[:, None], own_tok, ds_tok)
         length = jnp.where(own, own_len, ds_len)
         n = jnp.where(ctx.live, jnp.minimum(jnp.minimum(k, length), self.cap(B)), 0)
@@ -604,4 +642,4 @@ def make_sssd(cfg: SSSDConfig, target_lm) -> SSSDDrafter:
 
 
 __all__ = ["Datastore", "SSSDConfig", "SSSDDrafter", "build_tables", "context_hash",
-           "datastore_draft", "flat_budget", "shipped_datastore"]
+           "datastore_draft", "order_hashes", "flat_budget", "shipped_datastore"]
