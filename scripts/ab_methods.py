@@ -7,7 +7,12 @@ speedup over plain decoding and the drafter's per-source counters, then the tota
 A diagnostic, not the benchmark: the fixed cache length makes every step attend over the
 whole cache (plain decoding of a short prompt runs slower than under ``specjax bench``'s
 per-prompt buckets), and methods that learn across calls must be given ``learn=false``
-(a repeat would draft from its own earlier answer; ``specjax bench`` refuses that).
+(a repeat would draft from its own earlier answer; ``specjax bench`` refuses that), or
+``--warm-journal``: each question then starts from what the drafter had learnt by that
+question in a benchmark journal (the answers of the groups recorded before it, learnt in
+journal order and restored before every timed call), so a learning drafter is timed over the
+cache it had in the benchmark. ``--cache-len 0`` gives each prompt its own cache bucket, as
+``specjax bench`` does.
 
     python scripts/ab_methods.py --ids 131,152,482,161,81 --repeats 2 \\
         --methods prompt_lookup ngram:learn=false "ngram:learn=false,sources=suffix;prompt_lookup"
@@ -31,6 +36,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache-len", type=int, default=1024)
     ap.add_argument("--max-new-tokens", type=int, default=128)
+    ap.add_argument("--warm-journal", default=None,
+                    help="a `specjax bench` journal: learning drafters start each question "
+                         "from the answers recorded before it")
     a = ap.parse_args()
 
     from specjax import methods
@@ -52,8 +60,34 @@ def main() -> None:
         args = {k: v.replace(";", ",") for k, v in
                 (kv.split("=", 1) for kv in rest.split(",") if kv)}
         built[spec] = methods.build(name, lm, args)
-        if learns_across_calls(built[spec][0]):
-            raise SystemExit(f"{spec}: learns across calls; give it learn=false")
+        if learns_across_calls(built[spec][0]) and a.warm_journal is None:
+            raise SystemExit(f"{spec}: learns across calls; give it learn=false "
+                             "or --warm-journal")
+    warm = {}  # (spec, question id) -> the drafter's snapshot before that question
+    if a.warm_journal is not None:
+        import json
+
+        groups = [json.loads(line) for line in open(a.warm_journal)][1:]
+        done = []  # (prompt tokens, answer) in journal order
+        order = {}
+        for g in groups:
+            r = next(r for r in g["runs"] if r["method"] == "ar")
+            for pid, toks in zip(r["prompt_ids"], r["tokens"]):
+                order[str(pid)] = len(done)
+                q = byid.get(str(pid))
+                if q is None:
+                    raise SystemExit(f"journal question {pid} is not in {a.prompts}")
+                done.append((lm.tokenizer.encode_chat(q["prompt"]), toks))
+        for spec, (d, _, _) in built.items():
+            if not learns_across_calls(d):
+                continue
+            empty = d.snapshot()
+            for i in ids:
+                d.restore(empty)
+                prev = done[:order.get(i, len(done))]
+                if prev:
+                    d.observe([p for p, _ in prev], [t for _, t in prev])
+                warm[spec, i] = d.snapshot()
     eos = lm.tokenizer.eos_ids
     res = collections.defaultdict(lambda: collections.defaultdict(list))
     ref = {}
@@ -62,8 +96,10 @@ def main() -> None:
         for i in ids:
             for spec in order:
                 d, p, v = built[spec]
+                if (spec, i) in warm:
+                    d.restore(warm[spec, i])
                 r = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
-                             eos_ids=eos, cache_len=a.cache_len, drafter=d, policy=p,
+                             eos_ids=eos, cache_len=a.cache_len or None, drafter=d, policy=p,
                              verifier=v)
                 if spec == "ar":
                     ref[i] = r.tokens[0]
