@@ -38,7 +38,8 @@ def main() -> None:
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--warm-journal", default=None,
                     help="a `specjax bench` journal: learning drafters start each question "
-                         "from the answers recorded before it")
+                         "from the answers recorded before it (a question the journal lacks: "
+                         "from all of them)")
     a = ap.parse_args()
 
     from specjax import methods
@@ -69,11 +70,11 @@ def main() -> None:
 
         groups = [json.loads(line) for line in open(a.warm_journal)][1:]
         done = []  # (prompt tokens, answer) in journal order
-        order = {}
+        position = {}  # question id -> its index in ``done``
         for g in groups:
             r = next(r for r in g["runs"] if r["method"] == "ar")
             for pid, toks in zip(r["prompt_ids"], r["tokens"]):
-                order[str(pid)] = len(done)
+                position[str(pid)] = len(done)
                 q = byid.get(str(pid))
                 if q is None:
                     raise SystemExit(f"journal question {pid} is not in {a.prompts}")
@@ -84,7 +85,7 @@ def main() -> None:
             empty = d.snapshot()
             for i in ids:
                 d.restore(empty)
-                prev = done[:order.get(i, len(done))]
+                prev = done[:position.get(i, len(done))]  # not in it: every answer
                 if prev:
                     d.observe([p for p, _ in prev], [t for _, t in prev])
                 warm[spec, i] = d.snapshot()
