@@ -66,9 +66,9 @@ def main() -> None:
                              "or --warm-journal")
     warm = {}  # (spec, question id) -> the drafter's snapshot before that question
     if a.warm_journal is not None:
-        import json
+        from specjax.bench.journal import read_journal
 
-        groups = [json.loads(line) for line in open(a.warm_journal)][1:]
+        _, groups = read_journal(a.warm_journal)
         done = []  # (prompt tokens, answer) in journal order
         position = {}  # question id -> its index in ``done``
         for g in groups:

@@ -33,12 +33,7 @@ class Journal:
             with open(self.path, "w") as f:
                 f.write(json.dumps({"header": self.header}) + "\n")
             return []
-        lines = self.path.read_text().splitlines()
-        try:
-            old = json.loads(lines[0])["header"]
-        except (ValueError, KeyError, IndexError):
-            raise BenchError(f"{self.path}: not a specjax bench journal (line 1 is not a "
-                             "header)") from None
+        old, records = read_journal(self.path)
         diff = sorted(k for k in set(old) | set(self.header) if old.get(k) != self.header.get(k))
         if diff == ["method_args"] and old.get("configs") is not None:
             # the same resolved configs (what the runs used, defaults included) spelled with
@@ -49,21 +44,38 @@ class Journal:
                                for k in diff)
             raise BenchError(f"{self.path} was written by a different benchmark ({detail}); "
                              "use a new --journal file or the same settings")
-        out = []
-        for n, line in enumerate(lines[1:], start=2):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                if n == len(lines):  # the last line, cut short by a crash: redo that group
-                    break
-                raise BenchError(f"{self.path}:{n}: malformed journal line") from None
-        return out
+        return records
 
     def append(self, record: dict):
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+def read_journal(path: str | os.PathLike) -> tuple[dict, list[dict]]:
+    """A journal file's header and its finished groups, without checking the header against
+    a run (a last line cut short by a crash is left out).
+
+    Raises:
+      BenchError: naming the file, when line 1 is not a header or a line is malformed.
+    """
+    path = Path(path)
+    lines = path.read_text().splitlines()
+    try:
+        header = json.loads(lines[0])["header"]
+    except (ValueError, KeyError, IndexError):
+        raise BenchError(f"{path}: not a specjax bench journal (line 1 is not a "
+                         "header)") from None
+    out = []
+    for n, line in enumerate(lines[1:], start=2):
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            if n == len(lines):  # the last line, cut short by a crash: redo that group
+                break
+            raise BenchError(f"{path}:{n}: malformed journal line") from None
+    return header, out
 
 
 def prompts_digest(items: list[dict]) -> str:
