@@ -78,7 +78,8 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         f"- command: `{d['command']}`",
         f"- {d['n_prompts']} prompts" + (f" x {d['samples']} samples each (one group per "
                                          "prompt)" if d.get("samples", 1) > 1 else "") +
-        f", batch {d['batch_size']}, temperature {d['temperature']}, "
+        (", batch-size sweep only (`--sweep-only`)" if d.get("sweep_only") else
+         f", batch {d['batch_size']}") + f", temperature {d['temperature']}, "
         f"{d['max_new_tokens']} new tokens max, {d['repeats']} repeats (tokens/s = median over "
         "repeats of total tokens / total wall time; speedup against `ar` of the same run" +
         ("; decode speedup: the same for the decode phase alone, i.e. the tokens after each "
@@ -93,14 +94,15 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         where = "; ".join(f"{n} on {m}" for m, n in sorted(machines.items()))
         out.append(f"- journaled over several sessions; prompt batches per machine: {where} "
                    "(speedups are always against `ar` on the same batch, same machine)")
-    out += [
-        "",
-        "| category | method | tok/s | min-max | speedup |" + (" decode speedup |" if decode
-                                                              else "") +
-        " tau | acceptance by position | same as ar |",
-        "| --- | --- | ---: | ---: | ---: |" + (" ---: |" if decode else "") +
-        " ---: | --- | :---: |",
-    ]
+    if d["rows"]:
+        out += [
+            "",
+            "| category | method | tok/s | min-max | speedup |" + (" decode speedup |" if decode
+                                                                  else "") +
+            " tau | acceptance by position | same as ar |",
+            "| --- | --- | ---: | ---: | ---: |" + (" ---: |" if decode else "") +
+            " ---: | --- | :---: |",
+        ]
     for r in d["rows"]:
         acc = r.get("acceptance_by_position")
         acc_s = " ".join(fmt(a, ".2f") for a in acc[:8]) if acc else "-"
@@ -128,7 +130,8 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
                 f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f} | "
                 f"{fmt(r.get('speedup_vs_ar'), '.2f')}x | {fmt(r.get('tau'), '.2f')} | "
                 f"{fmt(r.get('mean_drafted'), '.2f')} | {fmt(r.get('identical_to_ar'))} |")
-    configs = {r["method"]: r.get("config") for r in d["rows"] if r.get("config")}
+    configs = ({r["method"]: r.get("config") for r in d["rows"] if r.get("config")}
+               or d.get("configs") or {})  # --sweep-only runs keep them apart
     if configs:
         out += ["", "Method configurations:", ""]
         for m, c in configs.items():
@@ -489,7 +492,11 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_step_cost_b1", "The heads at batch 1: fixed lengths "
+    for name, title in (("bench_policies_sweep_batched", "Every draft-length policy on the "
+                                                         "EAGLE-3 head at batch 4 and 16, "
+                                                         "Spec-Bench (2 questions per "
+                                                         "category; issue 23)"),
+                        ("bench_policies_step_cost_b1", "The heads at batch 1: fixed lengths "
                                                         "against adaptive and smartspec with "
                                                         "the step priced as timed in the "
                                                         "decode loop, Spec-Bench (2 questions "

@@ -377,6 +377,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch-sizes", default=None, metavar="B1,B2,...",
                    help="also run every method at each batch size over all prompts "
                    "(tokens/s vs batch size in the JSON and a third plot panel)")
+    b.add_argument("--sweep-only", action="store_true",
+                   help="with --batch-sizes: run only the batch-size sweep, not the "
+                   "per-category rows at --batch-size (a policy sweep above batch 1 without "
+                   "paying for the batch-1 rows again)")
     b.add_argument("--temperature", type=float, default=0.0)
     b.add_argument("--samples", type=int, default=1, metavar="N",
                    help="decode every prompt N times (N samples of one question, with "

@@ -9,6 +9,7 @@ import pytest
 from gguf_fixtures import VOCAB_SIZE
 from specjax.bench import BenchError, load_prompts, parse_bench_method_args
 from specjax.cli import main
+from specjax.errors import ConfigError
 from specjax.config import RopeScaling, tiny_config
 from specjax.models.loaders import random_model
 from specjax.models.weights import model_to_tensors
@@ -369,6 +370,33 @@ def test_bench_batch_sizes(tmp_path, tiny_gguf, prompts_file, monkeypatch):
                  "--prompts", str(prompts_file)]) == 2
 
 
+def test_bench_sweep_only(tmp_path, tiny_gguf, prompts_file):
+    """--sweep-only: the batch-size sweep alone (batch 1 swept too), no per-category rows, a
+    two-panel plot (tokens/s and speedup by batch size); refused without --batch-sizes."""
+    import matplotlib.image
+
+    from specjax.bench import BenchConfig
+
+    out, png = tmp_path / "res.json", tmp_path / "res.png"
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--methods", "ar,prompt_lookup", "--prompts", str(prompts_file),
+                 "--max-new-tokens", "6", "--repeats", "1", "--batch-sizes", "1,2",
+                 "--sweep-only", "--output", str(out), "--plot", str(png)]) == 0
+    res = json.loads(out.read_text())
+    assert res["rows"] == [] and res["sweep_only"] is True
+    rows = {(r["method"], r["batch_size"]): r for r in res["by_batch_size"]["rows"]}
+    assert set(rows) == {(m, b) for m in ("ar", "prompt_lookup") for b in (1, 2)}
+    assert rows[("ar", 1)]["prompts"] == 3 and rows[("ar", 1)]["new_tokens"] <= 3 * 6
+    assert rows[("ar", 2)]["new_tokens"] <= 4 * 6  # 2 batches of 2 rows, prompts cycled
+    assert all(r["identical_to_ar"] for r in rows.values())
+    # 3 single-row groups and 2 two-row groups, nothing else
+    assert res["progress"]["groups_total"] == 5 and res["progress"]["complete"]
+    img = matplotlib.image.imread(png)
+    assert 1000 < img.shape[1] < 2000  # two panels
+    with pytest.raises(ConfigError, match="batch_sizes"):
+        BenchConfig(sweep_only=True)
+
+
 def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys):
     """A run stopped by --time-limit keeps its finished batches in the journal; the same
     command continues with the rest only, and the final result covers every prompt. A
@@ -494,7 +522,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 COMPARED = ("model", "dtype", "methods", "prompts", "categories", "limit", "max_new_tokens",
             "batch_size", "batch_sizes", "temperature", "repeats", "peer", "quantize",
-            "cache_len")
+            "cache_len", "sweep_only")
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -614,7 +642,8 @@ def test_bench_config_round_trips_through_the_flags():
                             plot="p.png", journal="j.jsonl", time_limit=1.5),
                 BenchConfig(verify_curve=True, in_loop=True, curve_ks=(1, 2, 17),
                             curve_batches=(2,), curve_prefix=8),
-                BenchConfig(samples=8, temperature=0.7)):
+                BenchConfig(samples=8, temperature=0.7),
+                BenchConfig(batch_sizes=(4, 16), sweep_only=True)):
         args = parser.parse_args(["bench", *cfg.to_argv()])
         assert BenchConfig.from_args(args) == cfg
     # the curve flags are read with --verify-curve only, as before

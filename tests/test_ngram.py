@@ -63,6 +63,52 @@ def test_confident_length():
     assert np.asarray(confident_length(a, 0.4, 12)).tolist() == [1, 8, 0, 12]
 
 
+def test_first_token_estimate_by_hand():
+    """``first_token``: the first drafted position counted apart. From decayed counts the two
+    estimates follow by hand; the chance of i tokens is first * rest^(i-1), which moves the
+    cut and the priced choice; the counts a step adds agree with :func:`agreement`'s."""
+    from types import SimpleNamespace
+
+    from specjax.drafters.dynamic_exit import tpl_choice
+    from specjax.drafters.ngram import first_and_rest, learn_from_committed
+
+    # a source right on its first token 1 time in 4 but, once right, right 9 times in 10
+    state = {"acc": jnp.asarray([[1.0 + 9.0]]), "trials": jnp.asarray([[4.0 + 10.0]]),
+             "acc1": jnp.asarray([[1.0]]), "trials1": jnp.asarray([[4.0]])}
+    first, rest = first_and_rest(state, 0.5, 2.0)
+    np.testing.assert_allclose(np.asarray(first), [[(1 + 1) / (4 + 2)]], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(rest), [[(9 + 1) / (10 + 2)]], rtol=1e-6)
+    f, r = 1 / 3, 10 / 12
+    np.testing.assert_allclose(np.asarray(expected_accepted(rest, jnp.asarray([[3]]), 4, first)),
+                               [[f + f * r + f * r * r]], rtol=1e-6)
+    # min_gain 0.2: f r^(i-1) >= 0.2 for i = 1..3 (0.333, 0.278, 0.231; 0.193 below);
+    # a^i with the pooled a = 11/16 stops at i = 4 (0.223; 0.153 below)
+    assert np.asarray(confident_length(rest, 0.2, 8, first)).tolist() == [[3]]
+    pooled = (10 + 1) / (14 + 2)
+    assert np.asarray(confident_length(jnp.asarray([[pooled]]), 0.2, 8)).tolist() == [[4]]
+    # priced: with the first token right 1 time in 3 no block pays on this curve (1 token:
+    # 1.333 / 1.4; 3 tokens: 1.842 / 1.9); the pooled estimate (0.69) buys 3 tokens
+    # ((1 + .6875 + .4727 + .3250) / 1.9 = 1.31, the best of its lengths)
+    cost = jnp.asarray([1.0, 1.4, 1.9, 1.9, 2.5])
+    _, n, _ = tpl_choice(rest, jnp.zeros((1,)), cost, jnp.asarray([4]), first=first)
+    np.testing.assert_array_equal(np.asarray(n), [0])
+    _, n, _ = tpl_choice(jnp.asarray([[pooled]]), jnp.zeros((1,)), cost, jnp.asarray([4]))
+    np.testing.assert_array_equal(np.asarray(n), [3])
+    # one step's counts: chains of 3 against the committed tokens [5, 6, 7, 8] (n_acc = 3):
+    # source 0 right twice then wrong, source 1 wrong at once, source 2 drafted nothing
+    z = jnp.zeros((1, 3), jnp.float32)
+    st = {"acc": z, "trials": z, "acc1": z, "trials1": z,
+          "drafts": jnp.asarray([[[5, 6, 0], [9, 6, 7], [0, 0, 0]]]),
+          "lens": jnp.asarray([[3, 3, 0]])}
+    seq = jnp.asarray([[1, 2, 4, 5, 6, 7, 8, 0]])
+    ctx = SimpleNamespace(seq=seq, seq_len=jnp.asarray([7]), live=jnp.asarray([True]))
+    out = learn_from_committed(st, ctx, jnp.asarray([3]), 3, 0.9)
+    np.testing.assert_array_equal(np.asarray(out["acc"]), [[2, 0, 0]])
+    np.testing.assert_array_equal(np.asarray(out["trials"]), [[3, 1, 0]])
+    np.testing.assert_array_equal(np.asarray(out["acc1"]), [[1, 0, 0]])
+    np.testing.assert_array_equal(np.asarray(out["trials1"]), [[1, 1, 0]])
+
+
 def test_choice_prices_the_verify_block():
     """(source, length) by expected tokens per verify cost: a cheaper shorter block wins over
     a longer dearer one, a source's own chain length bounds it, nothing when nothing pays."""
@@ -108,10 +154,13 @@ def test_drafts_nothing_where_no_block_pays(target, prompts, plain):
     pytest.param("token_recycling", marks=pytest.mark.long),
     pytest.param("prompt_lookup", marks=pytest.mark.long),
     pytest.param("token_recycling,sssd", marks=pytest.mark.long)])
-@pytest.mark.parametrize("recycle_from", ["target", "text"])
+@pytest.mark.parametrize("recycle_from", ["target", "text", "text,first_token"])
 def test_greedy_identity(target, prompts, plain, sources, recycle_from):
+    recycle_from, *first = recycle_from.split(",")  # with the first-token estimate
     m = methods.build("ngram", target, {"sources": sources, "k": "6",
-                                        "recycle_from": recycle_from})
+                                        "recycle_from": recycle_from,
+                                        **({"first_token": "true"} if first else {})})
+    assert m.drafter.first_token == bool(first)
     assert m.drafter.names == tuple(sources.split(","))
     for B in (1, 3, 8):
         r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,

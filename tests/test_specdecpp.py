@@ -258,6 +258,30 @@ def test_default_acc_head_is_the_one_shipped_for_this_drafter(target, tmp_path, 
     assert len(calls) == 1  # `d`'s digest was cached when its head was written
 
 
+def test_a_head_for_the_float_eagle_serves_its_w8a8_products(target, tmp_path, monkeypatch):
+    """An EAGLE head whose products run in int8 (quantize=w8a8, the CPU default) is the same
+    trained head for an acceptance head: the same digest, so the shipped acceptance head is
+    found for it (it was not, 2026-11-28 to 11-29: `specdec++` on the default EAGLE-3 head
+    on a CPU said that none ships); another head's still is not."""
+    from specjax.heads import shipped
+
+    lm = _LM(target)
+    f = drafters.make("eagle", target, k=4, draft_vocab=48, quantize="none")
+    q = drafters.make("eagle", target, k=4, draft_vocab=48, quantize="w8a8")
+    other = drafters.make("eagle", target, k=4, draft_vocab=48, quantize="w8a8", seed=1)
+    assert q.params() is not q.identity_params()  # int8 products, float identity
+    assert acceptance.drafter_digest(q) == acceptance.drafter_digest(f)
+    assert acceptance.drafter_digest(other) != acceptance.drafter_digest(f)
+    monkeypatch.setattr(shipped, "ROOT", tmp_path)
+    head = position_head(tmp_path / "for-float", f, lm, [0.9])
+    m = methods.build("eagle", target, {"policy": "specdec++", "quantize": "w8a8",
+                                        "draft_vocab": "48"})
+    assert m.policy.acc_head == str(head)
+    with pytest.raises(PolicyError, match="needs acc_head=DIR"):
+        methods.build("eagle", target, {"policy": "specdec++", "quantize": "w8a8",
+                                        "draft_vocab": "48", "seed": "1"})
+
+
 def test_pool_prompts_go_past_a_finished_corpus(tmp_path):
     """A corpus that answered its whole pool still yields prompts for acceptance heads: the
     same pool recipe's candidates that pool.jsonl does not hold, overlap-checked and

@@ -47,6 +47,7 @@ class BenchConfig:
     max_new_tokens: int = 128
     batch_size: int = 1
     batch_sizes: tuple[int, ...] | None = None
+    sweep_only: bool = False
     samples: int = 1
     temperature: float = 0.0
     repeats: int = 3
@@ -102,9 +103,12 @@ class BenchConfig:
             v = getattr(self, name)
             if isinstance(v, str):
                 raise ConfigError(f"{name} must be a tuple, not the string {v!r}")
-        for name in ("verify_curve", "in_loop"):
+        for name in ("verify_curve", "in_loop", "sweep_only"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.sweep_only and not self.batch_sizes:
+            raise ConfigError("sweep_only runs only the batch-size sweep: give batch_sizes "
+                              "(--batch-sizes B1,B2,...) too")
         if self.cache_len is not None and (not isinstance(self.cache_len, int) or isinstance(
                 self.cache_len, bool) or self.cache_len < 1):
             raise ConfigError(f"cache_len must be an integer >= 1 or None, got "
@@ -145,6 +149,8 @@ class BenchConfig:
                     _fmt(self.curve_batches), "--curve-prefix", str(self.curve_prefix)]
         if self.in_loop:
             out += ["--in-loop"]
+        if self.sweep_only:
+            out += ["--sweep-only"]
         return out
 
     @classmethod
@@ -178,6 +184,7 @@ class BenchConfig:
             categories=tuple(args.categories.split(",")) if args.categories else None,
             limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)) or None,
+            sweep_only=getattr(args, "sweep_only", False),
             samples=getattr(args, "samples", 1), temperature=args.temperature, repeats=args.repeats, peer=args.peer,
             output=args.output, plot=args.plot, journal=args.journal,
             time_limit=args.time_limit, verify_curve=args.verify_curve, in_loop=args.in_loop,

@@ -130,13 +130,13 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     cats = list(config.categories) if config.categories else None
     items = load_prompts(config.prompts, cats, config.limit)
     lm = _load(config)
-    n_batches = (len(items) if config.samples > 1 else
+    n_batches = (0 if config.sweep_only else len(items) if config.samples > 1 else
                  sum(-(-len([i for i in items if i["category"] == c]) // config.batch_size)
                      for c in {i["category"] for i in items}))
     n_ours = len(set(methods) | {"ar"})
     n_methods = n_ours + (2 if config.peer == "hf" else 0)
-    n_sweep = sum(len(b) for b in sweep_batches(len(items), batch_sizes, config.batch_size
-                                                ).values())
+    n_sweep = sum(len(b) for b in sweep_batches(
+        len(items), batch_sizes, 0 if config.sweep_only else config.batch_size).values())
     journal = None
     if config.journal:
         journal = Journal(config.journal, {
@@ -150,6 +150,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             **({"quantize": quantize} if quantize != "none" else {}),
             **({"mesh": config.mesh} if config.mesh else {}),
             **({"samples": config.samples} if config.samples > 1 else {}),
+            **({"sweep_only": True} if config.sweep_only else {}),
             **({"cache_len": config.cache_len} if config.cache_len else {}),
             # journals written before --numerics existed ran fast numerics
             **({"numerics": config.numerics} if config.numerics != "fast" else {})})
@@ -165,7 +166,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                             batch_sizes=batch_sizes, journal=journal,
                             time_limit_s=None if config.time_limit is None
                             else 60.0 * config.time_limit, mesh=mesh,
-                            samples=config.samples, cache_len=config.cache_len)
+                            samples=config.samples, cache_len=config.cache_len,
+                            sweep_only=config.sweep_only)
     prog = summary["progress"]
     if not prog["complete"]:
         print(f"specjax bench: partial result: {prog['groups_done']} of {prog['groups_total']} "
@@ -175,7 +177,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     summary.update(environment(argv))
     summary.update({"model": config.model, "max_new_tokens": config.max_new_tokens,
                     "batch_size": config.batch_size, "batch_sizes": batch_sizes,
-                    "temperature": config.temperature, "samples": config.samples,
+                    "sweep_only": config.sweep_only, "temperature": config.temperature, "samples": config.samples,
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics, "cache_len": config.cache_len})

@@ -16,6 +16,15 @@ def plot(summary: dict, path: str):
     cats = summary["categories"] + ["ALL"]
     methods = [m for m in summary["methods"] if m != "ar"]
     sweep = summary.get("by_batch_size")
+    if sweep and not rows:  # --sweep-only: no per-category rows, two batch-size panels
+        fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+        plot_batch_sizes(axes[0], sweep)
+        plot_batch_speedups(axes[1], sweep)
+        fig.tight_layout()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return
     fig, axes = plt.subplots(1, 3 if sweep else 2, figsize=(19.5 if sweep else 13, 4.5))
     ax = axes[0]
     w = 0.8 / max(len(methods), 1)
@@ -67,6 +76,26 @@ def plot_batch_sizes(ax, sweep: dict):
     ax.set_xlabel("batch size (rows decoded together)")
     ax.set_ylabel("tokens/s (all rows)")
     ax.set_title("Throughput by batch size (all prompts)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def plot_batch_speedups(ax, sweep: dict):
+    """Speedup over plain decoding of the same batch size against batch size, one line per
+    method (``ar`` is the 1.0 line)."""
+    bs = sweep["batch_sizes"]
+    for m in dict.fromkeys(r["method"] for r in sweep["rows"] if r["method"] != "ar"):
+        rs = {r["batch_size"]: r for r in sweep["rows"]
+              if r["method"] == m and r.get("speedup_vs_ar")}
+        xs = [b for b in bs if b in rs]
+        ax.plot(xs, [rs[b]["speedup_vs_ar"] for b in xs], marker="o", label=m)
+    ax.axhline(1.0, color="k", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(bs)
+    ax.set_xticklabels([str(b) for b in bs])
+    ax.set_xlabel("batch size (rows decoded together)")
+    ax.set_ylabel("speedup over ar at the same batch size")
+    ax.set_title("Speedup by batch size (all prompts)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 

@@ -45,7 +45,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
               seed: int = 0, progress: Callable | None = None,
               batch_sizes: list[int] | None = None, journal: "Journal | None" = None,
               time_limit_s: float | None = None, mesh=None,
-              samples: int = 1, cache_len: int | None = None) -> dict[str, Any]:
+              samples: int = 1, cache_len: int | None = None,
+              sweep_only: bool = False) -> dict[str, Any]:
     """Runs every method on ``items``, interleaved, ``repeats`` times; returns the summary.
 
     Per-category rows use batches of ``batch_size`` prompts of one category. With
@@ -61,7 +62,12 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     ``cache_len``: one static KV-cache length for every ``generate`` call (default: each
     batch's prompt bucket + ``max_new_tokens``), so each method compiles one decode loop per
     batch size; a prompt that does not fit with its ``max_new_tokens`` is an error.
+
+    ``sweep_only``: run the ``batch_sizes`` sweep alone (batch size 1 included when asked),
+    no per-category rows; ``summary["rows"]`` is then empty.
     """
+    if sweep_only and not batch_sizes:
+        raise BenchError("--sweep-only runs only the batch-size sweep: give --batch-sizes too")
     from specjax.engine import generate
     from specjax.sampling import SamplingParams
 
@@ -90,18 +96,22 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             built_at[key] = build(m, lm, method_args.get(m, {}), batch=B)
         return built_at[key]
 
+    if sweep_only:  # the sweep's batch sizes are the only ones built
+        batch_size = min(batch_sizes)
     built = {m: built_for(m, batch_size) for m in methods}
     by_cat: dict[str, list[int]] = defaultdict(list)
     for i, it in enumerate(items):
         by_cat[it["category"]].append(i)
     batches = []
-    for cat, idx in by_cat.items():
+    for cat, idx in ({} if sweep_only else by_cat).items():
         if samples > 1:  # one group per prompt: its samples
             batches.extend((cat, [i] * samples) for i in idx)
             continue
         for s in range(0, len(idx), batch_size):
             batches.append((cat, idx[s:s + batch_size]))
-    sweep = sweep_batches(len(items), batch_sizes or [], batch_size)
+    # batch size 1 is swept unless the per-category rows already ran it
+    sweep_b = 0 if sweep_only else batch_size
+    sweep = sweep_batches(len(items), batch_sizes or [], sweep_b)
     if repeats > 1 or sweep:
         leaky = [m for m in methods if learns_across_calls(built[m][0])]
         if leaky:
@@ -215,11 +225,14 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             journal_machines[here] += 1
         ran += 1
     greedy = temperature == 0.0
-    summary = summarize(runs, all_methods, list(by_cat), dict(compile_s), built, greedy=greedy)
+    summary = summarize(runs, all_methods, [] if sweep_only else list(by_cat),
+                        dict(compile_s), built, greedy=greedy)
     if batch_sizes:
         summary["by_batch_size"] = summarize_batch_sizes(
-            runs, sweep_runs, methods, sorted(set(batch_sizes)), batch_size, compile_s,
+            runs, sweep_runs, methods, sorted(set(batch_sizes)), sweep_b, compile_s,
             sweep_compile_s, built, greedy)
+    if sweep_only:  # no per-category rows to carry each method's resolved configuration
+        summary["configs"] = {m: describe(*built[m]) for m in methods}
     numerics = getattr(lm.model, "numerics", "fast")
     for row in summary["rows"] + summary.get("by_batch_size", {}).get("rows", []):
         row["numerics"] = numerics  # the `same` column is a guarantee only when exact

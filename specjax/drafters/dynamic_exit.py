@@ -76,21 +76,29 @@ def draft_token_cost(cfg, layers) -> tuple[float, ...]:
     return tuple((layer * blk + head) / full for layer in layers)
 
 
-def tpl_choice(alpha, layer_cost, verify_cost, k):
+def tpl_choice(alpha, layer_cost, verify_cost, k, first=None):
     """DEL's argmax of tokens per unit cost over (candidate layer, length).
 
     Args:
-      alpha: ``float32[B, C]`` acceptance estimate per row and candidate layer.
+      alpha: ``float32[B, C]`` acceptance estimate per row and candidate layer (with
+        ``first``: of each token after the first, given the one before it was accepted).
       layer_cost: ``float32[C]`` cost of one draft token at each candidate.
       verify_cost: ``float32[K + 1]`` cost of verifying ``d + 1`` tokens, ``d = 0..K``.
       k: ``int32[B]`` the longest draft allowed per row, or ``int32[B, C]`` per row and
         candidate.
+      first: optional ``float32[B, C]`` acceptance estimate of the first drafted token; the
+        chance that the first ``d`` tokens are all accepted is then ``first * alpha ** (d - 1)``
+        (default: ``alpha ** d``).
     Returns ``(layer_index int32[B], length int32[B], tpl float32[B])``; rows whose best is
     ``d = 0`` get layer index 0 (nothing is drafted).
     """
     K = verify_cost.shape[0] - 1
     d = jnp.arange(K + 1)
-    powers = alpha[..., None] ** d  # [B, C, K+1]: a^0 .. a^K
+    if first is None:
+        powers = alpha[..., None] ** d  # [B, C, K+1]: a^0 .. a^K
+    else:  # 1, f, f a, f a^2, ...
+        powers = jnp.where(d == 0, 1.0, first[..., None] * alpha[..., None] ** jnp.maximum(
+            d - 1, 0))
     expected = jnp.cumsum(powers, axis=-1)
     cost = d[None] * layer_cost[:, None] + verify_cost[None]  # [C, K+1]
     tpl = expected / cost[None]

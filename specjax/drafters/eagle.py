@@ -64,6 +64,8 @@ class EagleDrafter:
     name: str = "eagle"
     deterministic: bool = False
     _params: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+    # the parameters as trained when ``_params`` hold them quantized (w8a8); None: the same
+    _trained: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def features(self) -> FeatureSpec:
@@ -73,6 +75,11 @@ class EagleDrafter:
 
     def params(self):
         return self._params
+
+    def identity_params(self):
+        """The head's parameters as trained (before w8a8 quantization): what identifies it
+        for an acceptance head (:func:`specjax.heads.acceptance.drafter_digest`)."""
+        return self._params if self._trained is None else self._trained
 
     @property
     def stop_hidden_size(self) -> int:
@@ -286,9 +293,11 @@ def make_eagle(cfg: EagleConfig, target_lm) -> EagleDrafter:
     quantize = cfg.quantize
     if quantize == "auto":
         quantize = "w8a8" if jax.default_backend() == "cpu" else "none"
+    trained = None
     if quantize == "w8a8":
+        trained = {"head": state, "draft_ids": jnp.asarray(draft_ids, jnp.int32)}
         graphdef, state = quantize_head(graphdef, state)
         desc += ", w8a8"
     params = {"head": state, "draft_ids": jnp.asarray(draft_ids, jnp.int32)}
     return EagleDrafter(head_cfg=head_cfg, graphdef=graphdef, max_k=max_k, tree=spec,
-                        description=desc, _params=params)
+                        description=desc, _params=params, _trained=trained)

@@ -38,6 +38,11 @@ counts its agreeing tokens only (the rest is unobserved). For deterministic draf
 is exactly the acceptance event, greedy or sampled (a drafted token is accepted with the
 target's probability of it, and then it is the committed token). Counts decay by
 ``source_decay`` per step and start from ``prior`` with weight ``prior_weight``.
+``first_token=True`` counts the first drafted position apart: ``a_s ** i`` becomes
+``f_s * r_s ** (i - 1)``, ``f_s`` the source's first-token acceptance and ``r_s`` each later
+token's given the one before (copy sources are right in runs: a chain that starts right tends
+to go on, and a source that keeps starting wrong, such as a token-recycling successor on a
+translation, no longer buys one-token blocks on the pooled rate of its good runs).
 
 Drafts are deterministic, so the verifier's exact rule keeps the output exactly plain
 decoding's (greedy) or its distribution (sampling). The method's default policy is ``fixed``
@@ -114,6 +119,10 @@ class NgramConfig:
     learn: bool = dataclasses.field(default=True, metadata={
         "help": "suffix and sssd sources: add every output to the global cache / the "
                 "datastore after its batch"})
+    first_token: bool = dataclasses.field(default=False, metadata={
+        "help": "estimate each source's first drafted token apart from the tokens after it "
+                "(a chain that starts right tends to go on right), the chance of i tokens "
+                "first * rest^(i-1) instead of a^i"})
     datastore: object = dataclasses.field(default=None, metadata={
         "help": "sssd source: a Datastore, a .npz path, a corpus directory, 'empty', or none "
                 "(the one shipped for the target; see the sssd method)"})
@@ -137,17 +146,29 @@ class NgramConfig:
             raise DrafterError("ngram: cost must be a non-empty list of positive relative costs")
 
 
-def expected_accepted(alpha: jax.Array, n: jax.Array, K: int) -> jax.Array:
-    """``sum_{i=1..n} alpha ** i`` (``alpha``, ``n``: ``[..., S]``)."""
+def reach_chance(alpha: jax.Array, K: int, first: jax.Array | None = None) -> jax.Array:
+    """``[..., K]``: the chance that the first ``i = 1..K`` drafted tokens are all accepted,
+    ``alpha ** i``, or ``first * alpha ** (i - 1)`` with a first-token estimate."""
     i = jnp.arange(1, K + 1, dtype=jnp.float32)
-    terms = alpha[..., None] ** i
+    if first is None:
+        return alpha[..., None] ** i
+    return first[..., None] * alpha[..., None] ** (i - 1)
+
+
+def expected_accepted(alpha: jax.Array, n: jax.Array, K: int,
+                      first: jax.Array | None = None) -> jax.Array:
+    """``sum_{i=1..n} alpha ** i`` (``alpha``, ``n``: ``[..., S]``; with ``first``:
+    ``sum_{i=1..n} first * alpha ** (i - 1)``)."""
+    i = jnp.arange(1, K + 1, dtype=jnp.float32)
+    terms = reach_chance(alpha, K, first)
     return jnp.sum(jnp.where(i <= n[..., None].astype(jnp.float32), terms, 0.0), axis=-1)
 
 
-def confident_length(alpha: jax.Array, min_gain: float, K: int) -> jax.Array:
-    """The most tokens ``i`` with ``alpha ** i >= min_gain`` (at most ``K``)."""
-    i = jnp.arange(1, K + 1, dtype=jnp.float32)
-    return jnp.sum(alpha[..., None] ** i >= min_gain, axis=-1).astype(jnp.int32)
+def confident_length(alpha: jax.Array, min_gain: float, K: int,
+                     first: jax.Array | None = None) -> jax.Array:
+    """The most tokens ``i`` whose chance of all being accepted (:func:`reach_chance`) is at
+    least ``min_gain`` (at most ``K``)."""
+    return jnp.sum(reach_chance(alpha, K, first) >= min_gain, axis=-1).astype(jnp.int32)
 
 
 def agreement(drafts: jax.Array, lens: jax.Array, committed: jax.Array, n_committed):
@@ -178,15 +199,34 @@ def learn_from_committed(state, ctx, n_acc, K: int, decay: float) -> dict:
     """``state`` with its per-source counts after a step: every source's stored chain
     (``drafts [B, S, K]``, ``lens [B, S]``) compared with the tokens the step committed after
     the root (the accepted nodes, then the new pending token: :func:`agreement`), old counts
-    decayed by ``decay``; rows no longer live keep theirs."""
+    decayed by ``decay``; rows no longer live keep theirs. A state with ``acc1`` / ``trials1``
+    also counts the first drafted position apart (a trial when the chain had a token there,
+    accepted when it agreed); the positions after it are then ``acc - acc1`` accepted of
+    ``trials - trials1``."""
     start = ctx.seq_len - 1 - n_acc  # index of the first token after the root
     idx = jnp.clip(start[:, None] + jnp.arange(K + 1)[None], 0, ctx.seq.shape[1] - 1)
     committed = jnp.take_along_axis(ctx.seq, idx, axis=1)
     acc, trials = agreement(state["drafts"], state["lens"], committed, n_acc + 1)
     live = ctx.live[:, None]
-    return {**state,
-            "acc": jnp.where(live, decay * state["acc"] + acc, state["acc"]),
-            "trials": jnp.where(live, decay * state["trials"] + trials, state["trials"])}
+    out = {**state,
+           "acc": jnp.where(live, decay * state["acc"] + acc, state["acc"]),
+           "trials": jnp.where(live, decay * state["trials"] + trials, state["trials"])}
+    if "acc1" in state:
+        acc1, trials1 = jnp.minimum(acc, 1.0), jnp.minimum(trials, 1.0)
+        out["acc1"] = jnp.where(live, decay * state["acc1"] + acc1, state["acc1"])
+        out["trials1"] = jnp.where(live, decay * state["trials1"] + trials1, state["trials1"])
+    return out
+
+
+def first_and_rest(state, prior, weight: float) -> tuple[jax.Array, jax.Array]:
+    """``([B, S], [B, S])``: each source's estimate of its first drafted token's acceptance
+    and of each later token's given the one before (the counts of
+    :func:`learn_from_committed` with ``acc1``), both from ``prior`` at ``weight``."""
+    prior = jnp.asarray(prior, jnp.float32)
+    first = (state["acc1"] + prior * weight) / (state["trials1"] + weight)
+    rest = ((state["acc"] - state["acc1"] + prior * weight)
+            / (state["trials"] - state["trials1"] + weight))
+    return first, rest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +243,7 @@ class NgramDrafter:
     cost: tuple[float, ...] | None = None
     recycle_from: str = "text"
     capacity: int = 0
+    first_token: bool = False
     tree: None = None
     name: str = "ngram"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
@@ -220,7 +261,9 @@ class NgramDrafter:
         return (f"sources={','.join(self.names)} recycle_from={self.recycle_from} "
                 f"capacity={self.capacity} min_gain={self.min_gain} prior={self.prior} "
                 f"prior_weight={self.prior_weight} source_decay={self.source_decay} "
-                f"priced={self.cost is not None}")
+                f"priced={self.cost is not None}"
+                # only when set, so journals of the earlier default still continue
+                + (" first_token=True" if self.first_token else ""))
 
     def _learners(self):
         """The sources that keep host-side text across calls (suffix cache, datastore)."""
@@ -235,7 +278,7 @@ class NgramDrafter:
         subs = tuple(d.init(p, target, prompt_tokens, prompt_lens, cache_len, features)
                      for d, p in zip(self.sources, params))
         zf = jnp.zeros((B, S), jnp.float32)
-        return {"subs": subs, "acc": zf, "trials": zf,
+        return {"subs": subs, "acc": zf, "trials": zf, "acc1": zf, "trials1": zf,
                 "drafts": jnp.zeros((B, S, K), jnp.int32), "lens": jnp.zeros((B, S), jnp.int32),
                 "chosen": jnp.zeros((B, S), jnp.int32)}
 
@@ -249,17 +292,20 @@ class NgramDrafter:
             lens.append(jnp.sum(tree.valid, axis=1).astype(jnp.int32))
         drafts = jnp.stack(drafts, axis=1)  # [B, S, K]
         lens = jnp.stack(lens, axis=1)  # [B, S]
-        alpha = running_alpha(state, self.prior, self.prior_weight)
-        cut = jnp.minimum(lens, confident_length(alpha, self.min_gain, self.max_k))
+        if self.first_token:
+            first, alpha = first_and_rest(state, self.prior, self.prior_weight)
+        else:
+            first, alpha = None, running_alpha(state, self.prior, self.prior_weight)
+        cut = jnp.minimum(lens, confident_length(alpha, self.min_gain, self.max_k, first))
         B = drafts.shape[0]
         if self.cost is None:  # the most expected accepted tokens (ties: the first source)
-            src = jnp.argmax(expected_accepted(alpha, cut, self.max_k), axis=1)
+            src = jnp.argmax(expected_accepted(alpha, cut, self.max_k, first), axis=1)
             n = cut[jnp.arange(B), src]
         else:  # the most expected tokens per verify cost, over (source, length), 0 included
             S = len(self.sources)
             src, n, _ = tpl_choice(alpha, jnp.zeros((S,), jnp.float32),
                                    bucketed_cost(self.cost, self.max_k),
-                                   cut)
+                                   cut, first=first)
         tokens = drafts[jnp.arange(B), src]
         n = jnp.where(ctx.live, n, 0)
         chosen = state["chosen"] + (jax.nn.one_hot(src, len(self.sources), dtype=jnp.int32)
@@ -327,6 +373,6 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
                         prior=float(cfg.prior), prior_weight=float(cfg.prior_weight),
                         source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain),
                         cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm),
-                        recycle_from=cfg.recycle_from,
+                        recycle_from=cfg.recycle_from, first_token=bool(cfg.first_token),
                         capacity=next((d.capacity for d, n in zip(subs, cfg.sources)
                                        if n == "suffix"), 0))
