@@ -395,6 +395,39 @@ def test_bench_sweep_only(tmp_path, tiny_gguf, prompts_file):
     assert 1000 < img.shape[1] < 2000  # two panels
     with pytest.raises(ConfigError, match="batch_sizes"):
         BenchConfig(sweep_only=True)
+    assert main(["bench", "--model", str(tiny_gguf), "--prompts", str(prompts_file),
+                 "--batch-sizes", "2", "--sweep-only", "--peer", "hf"]) == 2
+
+
+def test_bench_reverses_the_method_order_every_other_batch(tmp_path, tiny_gguf, prompts_file,
+                                                           monkeypatch):
+    """Methods run interleaved, in the listed order on even prompt batches and reversed on odd
+    ones (a drift within a batch's runs then favours no method); the journal says which, and
+    keeps each batch's runs in the listed order."""
+    import specjax.engine
+
+    real, calls = specjax.engine.generate, []
+
+    def spy(model, prompts, **kw):
+        d = kw.get("drafter")
+        calls.append("ar" if d is None else d.name)
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(specjax.engine, "generate", spy)
+    journal = tmp_path / "j.jsonl"
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--methods", "ar,prompt_lookup", "--prompts", str(prompts_file),
+                 "--max-new-tokens", "4", "--repeats", "1", "--batch-sizes", "2",
+                 "--sweep-only", "--journal", str(journal),
+                 "--output", str(tmp_path / "r.json")]) == 0
+    recs = [json.loads(line) for line in journal.read_text().splitlines()[1:]]
+    assert [r["order"] for r in recs] == ["listed", "reversed"]
+    assert all([x["method"] for x in r["runs"]] == ["ar", "prompt_lookup"] for r in recs)
+    # consecutive calls of one method merged (a compiling call is timed again): batch 1 ran
+    # ar then prompt_lookup, batch 2 prompt_lookup (merged with batch 1's last) then ar; the
+    # listed order both times would read ar, prompt_lookup, ar, prompt_lookup
+    merged = [c for i, c in enumerate(calls) if i == 0 or c != calls[i - 1]]
+    assert merged == ["ar", "prompt_lookup", "ar"]
 
 
 def test_bench_journal_resumes(tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys):

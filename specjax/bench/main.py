@@ -110,6 +110,9 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     batch_sizes = parse_batch_sizes(_csv(config.batch_sizes))
     if config.batch_table:
         _table_methods(config, methods)
+    if config.sweep_only and config.peer:
+        raise BenchError(f"--peer {config.peer} runs one prompt at a time in the per-category "
+                         "rows, which --sweep-only leaves out; drop one of the two")
     if config.samples > 1 and batch_sizes:
         raise BenchError("--samples decodes each prompt's samples as one group; it does not "
                          "combine with --batch-sizes")
@@ -177,7 +180,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
     summary.update(environment(argv))
     summary.update({"model": config.model, "max_new_tokens": config.max_new_tokens,
                     "batch_size": config.batch_size, "batch_sizes": batch_sizes,
-                    "sweep_only": config.sweep_only, "temperature": config.temperature, "samples": config.samples,
+                    "sweep_only": config.sweep_only, "temperature": config.temperature,
+                    "samples": config.samples,
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics, "cache_len": config.cache_len})
