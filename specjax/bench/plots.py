@@ -63,6 +63,7 @@ def plot(summary: dict, path: str):
 def plot_batch_sizes(ax, sweep: dict):
     """Tokens/s (median, min-max bars) against batch size, one line per method."""
     bs = sweep["batch_sizes"]
+    _many_colours(ax, len({r["method"] for r in sweep["rows"]}))
     for m in dict.fromkeys(r["method"] for r in sweep["rows"]):
         rs = {r["batch_size"]: r for r in sweep["rows"] if r["method"] == m}
         xs = [b for b in bs if b in rs]
@@ -80,10 +81,21 @@ def plot_batch_sizes(ax, sweep: dict):
     ax.legend(fontsize=8)
 
 
+def _many_colours(ax, n: int, skip: int = 0):
+    """Past ten lines the default colour cycle repeats: take twenty colours (``skip`` of
+    them left out, so a panel without ``ar`` keeps the other panels' colours)."""
+    if n > 10:
+        import matplotlib.pyplot as plt
+
+        ax.set_prop_cycle(color=list(plt.cm.tab20.colors)[skip:] + list(
+            plt.cm.tab20.colors)[:skip])
+
+
 def plot_batch_speedups(ax, sweep: dict):
     """Speedup over plain decoding of the same batch size against batch size, one line per
     method (``ar`` is the 1.0 line)."""
     bs = sweep["batch_sizes"]
+    _many_colours(ax, len({r["method"] for r in sweep["rows"]}), skip=1)
     for m in dict.fromkeys(r["method"] for r in sweep["rows"] if r["method"] != "ar"):
         rs = {r["batch_size"]: r for r in sweep["rows"]
               if r["method"] == m and r.get("speedup_vs_ar")}

@@ -210,8 +210,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         target_compile = defaultdict(float)
         group_runs = []
         # interleaved, in reverse order every other prompt batch: on a 2-core Xeon VM
-        # (2026-11-29) the same plain-decoding program ran 4-11% faster late in a batch's
-        # runs than first, which a fixed order would credit to the methods listed last
+        # (2026-11-29) the same plain-decoding program ran 3-10% faster late in a batch's
+        # runs than first over several batches, which a fixed order credits to the methods
+        # listed last
         for m in (ms[::-1] if g["reversed"] else ms):
             group_runs.append(one(m, g["category"], g["repeat"], g["idx"], g["batch_size"],
                                   target_compile))
