@@ -71,12 +71,17 @@ def plot_batch_sizes(ax, sweep: dict):
         err = [[y - rs[b]["tokens_per_s_min"] for b, y in zip(xs, ys)],
                [rs[b]["tokens_per_s_max"] - y for b, y in zip(xs, ys)]]
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=m)
+    _batch_axis(ax, bs, "tokens/s (all rows)", "Throughput by batch size (all prompts)")
+
+
+def _batch_axis(ax, bs, ylabel: str, title: str):
+    """A log2 batch-size x axis with ticks at ``bs``, labels, grid and legend."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(bs)
     ax.set_xticklabels([str(b) for b in bs])
     ax.set_xlabel("batch size (rows decoded together)")
-    ax.set_ylabel("tokens/s (all rows)")
-    ax.set_title("Throughput by batch size (all prompts)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
 
@@ -102,14 +107,8 @@ def plot_batch_speedups(ax, sweep: dict):
         xs = [b for b in bs if b in rs]
         ax.plot(xs, [rs[b]["speedup_vs_ar"] for b in xs], marker="o", label=m)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(bs)
-    ax.set_xticklabels([str(b) for b in bs])
-    ax.set_xlabel("batch size (rows decoded together)")
-    ax.set_ylabel("speedup over ar at the same batch size")
-    ax.set_title("Speedup by batch size (all prompts)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _batch_axis(ax, bs, "speedup over ar at the same batch size",
+                "Speedup by batch size (all prompts)")
 
 
 def plot_verify_curve(curve: dict, path: str):
