@@ -190,8 +190,6 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                     sweep_compile_s[rec["batch_size"]][m] += sec
                 else:
                     compile_s[m] += sec
-    for i, g in enumerate(groups):  # the run order of its methods (see below)
-        g["reversed"] = i % 2 == 1
     todo = [g for g in groups if g["key"] not in done]
     if progress and len(todo) < len(groups):
         n_skip = sum(len(all_methods if not g["sweep"] else methods)
@@ -261,8 +259,8 @@ def group_key(sweep: bool, repeat: int, category: str, ids: list, batch_size: in
 def plan_groups(batches, sweep, repeats: int, items, batch_size: int) -> list[dict]:
     """The order of work: for each repeat, one batch of every category in turn (round robin,
     so a run stopped early has sampled every category alike), then the batch-size sweep.
-    Every method runs on a group back to back (interleaved; :func:`run_bench` reverses their
-    order on every other group of this plan)."""
+    Every method runs on a group back to back (interleaved), in the listed order on even
+    groups of the plan and reversed on odd ones (``reversed``)."""
     per_cat: dict[str, list[list[int]]] = defaultdict(list)
     for cat, idx in batches:
         per_cat[cat].append(idx)
@@ -283,6 +281,8 @@ def plan_groups(batches, sweep, repeats: int, items, batch_size: int) -> list[di
                 ids = [items[i]["id"] for i in idx]
                 groups.append({"key": group_key(True, rep, "ALL", ids, B), "sweep": True,
                                "repeat": rep, "category": "ALL", "idx": idx, "batch_size": B})
+    for i, g in enumerate(groups):
+        g["reversed"] = i % 2 == 1
     return groups
 
 

@@ -64,8 +64,10 @@ class EagleDrafter:
     name: str = "eagle"
     deterministic: bool = False
     _params: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
-    # the parameters as trained when ``_params`` hold them quantized (w8a8); None: the same
-    _trained: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+    # what identifies the head for an acceptance head when ``_params`` hold it quantized
+    # (w8a8): the digest of its parameters as trained (specjax.heads.acceptance.drafter_digest);
+    # None: the digest of ``_params``
+    identity_digest: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def features(self) -> FeatureSpec:
@@ -75,11 +77,6 @@ class EagleDrafter:
 
     def params(self):
         return self._params
-
-    def identity_params(self):
-        """The head's parameters as trained (before w8a8 quantization): what identifies it
-        for an acceptance head (:func:`specjax.heads.acceptance.drafter_digest`)."""
-        return self._params if self._trained is None else self._trained
 
     @property
     def stop_hidden_size(self) -> int:
@@ -293,11 +290,14 @@ def make_eagle(cfg: EagleConfig, target_lm) -> EagleDrafter:
     quantize = cfg.quantize
     if quantize == "auto":
         quantize = "w8a8" if jax.default_backend() == "cpu" else "none"
-    trained = None
-    if quantize == "w8a8":
-        trained = {"head": state, "draft_ids": jnp.asarray(draft_ids, jnp.int32)}
+    identity = None
+    if quantize == "w8a8":  # identified by the float weights, not kept alive for it (4x)
+        from specjax.heads.acceptance import params_digest
+
+        identity = params_digest("eagle", {"head": state, "draft_ids": jnp.asarray(
+            draft_ids, jnp.int32)})
         graphdef, state = quantize_head(graphdef, state)
         desc += ", w8a8"
     params = {"head": state, "draft_ids": jnp.asarray(draft_ids, jnp.int32)}
     return EagleDrafter(head_cfg=head_cfg, graphdef=graphdef, max_k=max_k, tree=spec,
-                        description=desc, _params=params, _trained=trained)
+                        description=desc, _params=params, identity_digest=identity)

@@ -278,7 +278,8 @@ class NgramDrafter:
         subs = tuple(d.init(p, target, prompt_tokens, prompt_lens, cache_len, features)
                      for d, p in zip(self.sources, params))
         zf = jnp.zeros((B, S), jnp.float32)
-        return {"subs": subs, "acc": zf, "trials": zf, "acc1": zf, "trials1": zf,
+        first = {"acc1": zf, "trials1": zf} if self.first_token else {}  # counted only then
+        return {"subs": subs, "acc": zf, "trials": zf, **first,
                 "drafts": jnp.zeros((B, S, K), jnp.int32), "lens": jnp.zeros((B, S), jnp.int32),
                 "chosen": jnp.zeros((B, S), jnp.int32)}
 

@@ -141,9 +141,9 @@ _DIGESTS: dict[int, tuple[Any, str]] = {}  # id(drafter) -> (weak reference, dig
 def drafter_digest(drafter) -> str:
     """What identifies a drafter for an acceptance head: its name and a digest of its
     parameters (not its options such as ``k``) (every leaf's path, shape, dtype and up to
-    256 of its values, so that hashing a large draft model stays cheap); for a drafter with
-    ``identity_params()`` (an EAGLE head whose products run in int8), of the parameters as
-    trained, before quantization. Computed once per
+    256 of its values, so that hashing a large draft model stays cheap); a drafter with an
+    ``identity_digest`` (an EAGLE head whose products run in int8) gives that of its
+    parameters as trained, before quantization. Computed once per
     drafter object (building a method asks twice: the shipped head's lookup, its check)."""
     hit = _DIGESTS.get(id(drafter))
     if hit is not None and hit[0]() is drafter:
@@ -159,11 +159,16 @@ def drafter_digest(drafter) -> str:
 
 
 def _digest(drafter) -> str:
-    h = hashlib.sha256(str(drafter.name).encode())
-    # a drafter whose products run quantized (EAGLE's w8a8 on a CPU) is identified by the
+    # a drafter whose products run quantized (EAGLE's w8a8 on a CPU) carries the digest of the
     # weights it was trained with, so one head serves both precisions
-    tree = (drafter.identity_params() if hasattr(drafter, "identity_params")
-            else drafter.params())
+    given = getattr(drafter, "identity_digest", None)
+    return given if given is not None else params_digest(drafter.name, drafter.params())
+
+
+def params_digest(name: str, tree) -> str:
+    """The digest :func:`drafter_digest` gives a drafter called ``name`` with parameters
+    ``tree``."""
+    h = hashlib.sha256(str(name).encode())
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
         a = np.asarray(leaf)
         h.update(jax.tree_util.keystr(path).encode())
