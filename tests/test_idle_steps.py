@@ -7,6 +7,9 @@ checked in tests/test_eagle.py (``chain-idle``)."""
 
 import dataclasses
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from spec_helpers import IdlePolicy, mixed_prompts, sharp_tiny_pair
 
@@ -36,7 +39,14 @@ CASES = [pytest.param("eagle", dict(k=3), id="eagle3-chain"),
          pytest.param("eagle", dict(k=3, tree="dynamic:width=2,nodes=6"), id="eagle3-tree",
                       marks=pytest.mark.long),
          pytest.param("medusa", dict(k=3), id="medusa", marks=pytest.mark.long),
-         pytest.param("hydra", dict(k=3), id="hydra", marks=pytest.mark.long)]
+         pytest.param("hydra", dict(k=3), id="hydra", marks=pytest.mark.long),
+         # the draft model catches up on the tokens of its idle steps when it next drafts;
+         # the self-speculative drafters read the target cache: their skip records nothing
+         pytest.param("draft_model", dict(k=3), id="draft_model"),
+         pytest.param("draft_model", dict(k=3, tree="topk:width=2"), id="draft_model-tree",
+                      marks=pytest.mark.long),
+         pytest.param("early_exit", dict(k=3, exit_layer=1), id="early_exit"),
+         pytest.param("layer_skip", dict(k=3), id="layer_skip", marks=pytest.mark.long)]
 
 
 @pytest.mark.parametrize("name, kw", CASES)
@@ -54,3 +64,33 @@ def test_idle_steps_keep_outputs_and_drafts(target, prompts, plain, monkeypatch,
     assert on.extra["accepted_at"] == off.extra["accepted_at"]
     assert on.target_forwards == off.target_forwards
     assert sum(on.extra["accepted"]) > 0  # the drafts were good enough to compare
+
+
+def test_draft_model_catch_up_fills_the_cache_as_a_prefill():
+    """``catch_up`` brings each row's draft cache from its own ``lengths`` to ``need`` in
+    chunks (rows 40 and 3 tokens behind, one already there: several forwards, overlapping
+    rewrites): the entries before ``need`` equal a prefill of the sequence."""
+    from specjax.config import tiny_config
+    from specjax.drafters.draft_model import CATCH_UP, catch_up
+    from specjax.models.loaders import random_model
+
+    m = random_model(tiny_config(vocab_size=32, num_layers=2), seed=3)
+    B, S = 3, 64
+    seq = jax.random.randint(jax.random.key(0), (B, S), 0, 32, dtype=jnp.int32)
+    pos = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32)[None], (B, S))
+    full = m(seq, pos, m.init_cache(B, S), compute_logits=False, prefix_empty=True).cache
+    need = jnp.array([50, 30, 20], jnp.int32)
+    have = jnp.array([10, 27, 20], jnp.int32)
+    assert int(jnp.max(need - have)) > 2 * CATCH_UP  # several chunks for row 0
+    part = m(seq, pos, m.init_cache(B, S), compute_logits=False, prefix_empty=True).cache
+    part = part.with_lengths(have)
+    # entries past each row's `have` hold garbage that catch_up must overwrite
+    junk = lambda a: jnp.where(jnp.arange(S)[None, :, None, None] >= have[:, None, None, None],
+                               7.0, a)
+    part = dataclasses.replace(part, k=tuple(map(junk, part.k)), v=tuple(map(junk, part.v)))
+    out = jax.jit(lambda c: catch_up(m, c, seq, need))(part)
+    assert out.lengths.tolist() == need.tolist()
+    for b in range(B):
+        n = int(need[b])
+        for a, f in zip(out.k + out.v, full.k + full.v):
+            np.testing.assert_allclose(a[b, :n], f[b, :n], rtol=1e-5, atol=1e-5)

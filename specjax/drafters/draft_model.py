@@ -7,6 +7,12 @@ tokens ``[x_{n-1}, x_n]`` at positions ``n-1, n`` with the draft cache's length 
 the accepted path there), entry ``n - 1`` is rewritten with identical values if it was already
 right, and the correction/bonus token ``x_n`` is added. So the draft cache is exact after any
 acceptance length, including a full acceptance (whose last draft token was never fed).
+
+Idle steps (a policy that backs off, ``DecodeLoop.idle_skip``): the draft model's ``skip``
+feeds nothing. The draft cache's ``lengths`` say how far it holds committed tokens (``update``
+sets them to the new pending position minus one), and the next proposal first catches up on
+the tokens committed while it was idle, :data:`CATCH_UP` at a time, before the two-token
+feed. So a run that stops drafting costs plain steps, not a draft-model forward per token.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -23,6 +30,8 @@ from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tr
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec
+
+CATCH_UP = 16  # committed tokens a proposal feeds per catch-up forward after idle steps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +70,7 @@ class DraftModelDrafter:
             return o.logits[:, 0], o.cache
 
         n = ctx.seq_len - 1
+        state = catch_up(m, state, ctx.seq, n - 1)
         idx = jnp.stack([n - 1, n], axis=1)
         first = jnp.take_along_axis(ctx.seq, idx, axis=1)
         k = jnp.where(ctx.live, k, 0)
@@ -85,18 +95,44 @@ class DraftModelDrafter:
         return tree, cache, ctx.target_cache
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
-        if self.tree is None:
-            return state
+        # the committed tokens the draft cache now holds: all before the new pending token's
+        # predecessor (the next proposal's two-token feed starts there)
+        synced = ctx.seq_len - 2
+        if self.tree is None or path.shape[1] < 2:
+            return state.with_lengths(synced)
         # the next proposal rewrites slot n + n_acc (the last accepted node) and expects the
         # accepted nodes before it at n + 1 ...: gather them from their drafting slots
         D = path.shape[1]
-        if D < 2:
-            return state
         before = path[:, :D - 1]
         slots = jnp.take_along_axis(tree.slot, jnp.maximum(before, 0), axis=1)
         cache = state.with_lengths(state.lengths + 1)  # past the root (slot n)
         cache = cache.commit_path(jnp.maximum(slots - 1, 0), jnp.maximum(n_acc - 1, 0))
-        return cache.with_lengths(state.lengths)
+        return cache.with_lengths(synced)
+
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): feed nothing; the next
+        proposal catches up (:func:`catch_up`) from the cache's ``lengths``."""
+        return state
+
+
+def catch_up(m, cache, seq, need):
+    """The draft cache holding every committed token before position ``need[b]``: while some
+    row's ``cache.lengths`` (entries before it hold committed tokens) is short of it, feed the
+    next :data:`CATCH_UP` tokens of ``seq`` at their positions (a row already there, or nearly,
+    rewrites committed entries it holds with the same values). No forward when no row is
+    behind, which is every step after a drafting step."""
+    C = min(CATCH_UP, cache.max_len)
+    pos0 = jnp.arange(C, dtype=jnp.int32)[None]
+
+    def body(cache):
+        s = cache.lengths
+        start = jnp.maximum(jnp.minimum(s, need - C), 0)
+        pos = start[:, None] + pos0
+        toks = jnp.take_along_axis(seq, jnp.minimum(pos, seq.shape[1] - 1), axis=1)
+        out = m(toks, pos, cache.with_lengths(start), compute_logits=False)
+        return out.cache.with_lengths(jnp.maximum(s, jnp.minimum(start + C, need)))
+
+    return jax.lax.while_loop(lambda c: jnp.any(c.lengths < need), body, cache)
 
 
 def truncated_copy(target_model, num_layers: int):

@@ -47,6 +47,11 @@ class EarlyExitDrafter:
         return self_spec_propose(target, dict(exit_layer=self.exit_layer), self.max_k,
                                  self.tree, state, ctx, k, greedy, stop)
 
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): nothing to record, the
+        committed prefix is the target cache itself."""
+        return state
+
     def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
 
@@ -72,6 +77,8 @@ class LayerSkipDrafter:
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         return self_spec_propose(target, dict(skip_attn=self.skip_attn, skip_mlp=self.skip_mlp),
                                  self.max_k, self.tree, state, ctx, k, greedy, stop)
+
+    skip = EarlyExitDrafter.skip  # the prefix is the target cache: nothing to record
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
