@@ -25,24 +25,34 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "prompt_lookup": {"k": 16, "min_ngram": 2, "max_ngram": 3, "policy": "adaptive",
                       "decay": 0.97},
     "ngram": {"k": 16, "policy": "fixed"},  # it prices its chains itself (verify curve)
-    "early_exit": {"k": 3, "policy": "fixed"},
-    "layer_skip": {"k": 3, "policy": "fixed"},
-    "draft_model": {"k": 3, "policy": "fixed"},
+    "early_exit": {"k": 3},
+    "layer_skip": {"k": 3},
+    "draft_model": {"k": 3},
 }
 # defaults that apply to chains only (a tree keeps the drafter's own depth): the shipped
 # (GPU-trained) EAGLE-3 head on SmolLM2 on a CPU, built-in prompts, batch 1 (2026-11-26):
 # k = 1 / 2 / 3 / 4: 1.36x / 1.38x / 1.40x / 1.09x (a 5-token verify block costs a bucket
 # more); docs/benchmarks.md, "Draft-length policies on the GPU-trained EAGLE-3 head"
+#
+# the drafters that are not trained for the target (the draft model, by default the target's
+# first layers; the early exit; layer skipping) draft as chains under `adaptive` with this
+# machine's measured step costs at every batch size: on SmolLM2 at batch 1 their fixed k = 3
+# ran at 0.51-0.63x of plain decoding (13 Spec-Bench questions, 2026-12-01), `adaptive` at
+# 0.94-1.00x. A row whose drafts are rejected stops drafting; `idle_decay = 0.98` makes it probe
+# again after about 35 idle steps instead of 8 (`decay`'s 0.9): the draft model 0.954x against
+# 0.925x on 4 questions (docs/benchmarks_notes.md, "Untrained drafters ...").
+UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"k": 3},
+    **{name: {"policy": "adaptive", "idle_decay": 0.98} for name in UNTRAINED},
 }
 # defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
 # drafts only where this machine's measured costs say it pays. On the project's 2-core CPU
 # the EAGLE-3 head's fixed k = 3 ran at 0.84x of plain decoding at batch 4 and 0.87x at batch
 # 16; `adaptive` with the step costs measured in the decode loop finds that no draft pays
 # there at its prior acceptance and decodes plainly (specjax.engine.drafting_off);
-# docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the fixed lengths
-# above stay (the measured best there; no first-use measurement in the demo).
+# docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the trained heads keep
+# their fixed lengths (the measured best there; no first-use measurement in the demo).
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"policy": "adaptive"}
     for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")

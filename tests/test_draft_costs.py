@@ -399,10 +399,14 @@ def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
 
 def test_model_based_chains_default_to_adaptive_above_batch_one(lm, monkeypatch):
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.9, 3: 2.4}))
-    assert methods.build("early_exit", lm, {"exit_layer": "1"}).policy.name == "fixed"
-    m = methods.build("early_exit", lm, {"exit_layer": "1"}, batch=4)
-    assert m.policy.name == "adaptive" and m.policy.max_k == 3
-    assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
+    assert methods.build("medusa", lm, {"head": "random"}).policy.name == "fixed"
+    for batch in (1, 4):  # not trained for the target: adaptive at every batch size
+        m = methods.build("early_exit", lm, {"exit_layer": "1"}, batch=batch)
+        assert m.policy.name == "adaptive" and m.policy.max_k == 3
+        assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
+        assert m.policy.idle_decay == 0.98
+    m = methods.build("medusa", lm, {"head": "random"}, batch=4)
+    assert m.policy.name == "adaptive" and m.policy.idle_decay is None
     # pinned, or a tree (which keeps its own shape): fixed
     assert methods.build("early_exit", lm, {"exit_layer": "1", "policy": "fixed"},
                          batch=4).policy.name == "fixed"

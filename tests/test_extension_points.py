@@ -343,7 +343,7 @@ def test_typed_method_options(target):
                        "got 'x'"):
         methods.build("prompt_lookup", target, {"k": "x"})
     with pytest.raises(DrafterError, match="decay= only applies to policy=adaptive"):
-        methods.build("early_exit", target, {"decay": "0.5"})
+        methods.build("early_exit", target, {"decay": "0.5", "policy": "fixed"})
     with pytest.raises(DrafterError, match="threshold= only applies to policy=confidence or "
                        "policy=gammatune\\+ or policy=specdec\\+\\+ or verifier=typical"):
         methods.build("early_exit", target, {"threshold": "0.5"})

@@ -188,3 +188,38 @@ def test_pearl_modes_by_hand():
         {"mode": jnp.asarray([0, 1])}, None)).tolist() == [5, 1]  # gamma defaults to k
     with pytest.raises(PolicyError, match="gamma must be an integer in"):
         POLICIES.build("pearl", {"gamma": "6"}, max_k=5)
+
+
+def test_adaptive_idle_decay_by_hand():
+    """``idle_decay`` ages a row's counts on its steps without a draft; ``decay`` on the rest.
+    Step costs 1, 1.4, 2.2 (k = 0, 1, 2): a one-token draft pays when ``1 + a > 1.4``, i.e. the
+    estimate ``a = (A + 1) / (A + R + 2)`` exceeds 0.4, i.e. ``R < 0.5`` with ``A = 0``."""
+    sc = (1.0, 1.4, 2.2)
+    fast = POLICIES.build("adaptive", {"step_cost": "1,1.4,2.2"}, max_k=2)
+    slow = POLICIES.build("adaptive", {"step_cost": "1,1.4,2.2", "idle_decay": "0.98"},
+                          max_k=2)
+    assert fast.step_cost == slow.step_cost == sc and fast.idle_decay is None
+
+    def first_probe(p):
+        """The step of the first draft after a one-token draft rejected at step 0."""
+        st = p.update(p.init(1), None, jnp.asarray([1]), jnp.asarray([0]))  # R = 1
+        for t in range(1, 200):
+            k = int(np.asarray(p.decide(st, None))[0])
+            if k:
+                return t, k
+            st = p.update(st, None, jnp.asarray([0]), jnp.asarray([0]))
+
+    # the prior (a = 0.5) drafts one token; after the rejection R = 1 (a = 1/3): idle until
+    # R d^(t-1) < 0.5: 0.9^7 = 0.478 (t = 8), 0.98^34 = 0.503, 0.98^35 = 0.493 (t = 36)
+    assert int(np.asarray(fast.decide(fast.init(1), None))[0]) == 1
+    assert first_probe(fast) == (8, 1) and first_probe(slow) == (36, 1)
+    # a drafting step ages the counts by decay, not idle_decay: accepted 1 of 2 drafted
+    st = slow.update(slow.init(2), None, jnp.asarray([2, 0]), jnp.asarray([1, 0]))
+    st = slow.update(st, None, jnp.asarray([2, 0]), jnp.asarray([1, 0]))
+    np.testing.assert_allclose(np.asarray(st.accepted), [0.9 + 1, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(st.rejected), [0.9 + 1, 0.0], rtol=1e-6)
+    st = slow.update(st, None, jnp.asarray([0, 0]), jnp.asarray([0, 0]))
+    np.testing.assert_allclose(np.asarray(st.rejected), [0.98 * 1.9, 0.0], rtol=1e-6)
+    for bad in ("0", "1.5"):
+        with pytest.raises(PolicyError, match="idle_decay must be in"):
+            POLICIES.build("adaptive", {"idle_decay": bad}, max_k=2)
