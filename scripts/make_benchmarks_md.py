@@ -492,7 +492,26 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_sweep_batched", "Every draft-length policy on the "
+    for name, title in (("bench_policies_pl_offer_b4", "Prompt lookup's default (adaptive) at "
+                                                       "batch 4 with each row's chance of "
+                                                       "offering a draft counted, Spec-Bench "
+                                                       "(2 questions per category; issue 23)"),
+                        ("bench_policies_untrained_default_b1", "The drafters not trained "
+                                                                "for the target under their "
+                                                                "default policy (adaptive, "
+                                                                "idle_decay 0.98) at batch 1, "
+                                                                "Spec-Bench (1 question per "
+                                                                "category, 3 repeats; issue "
+                                                                "23)"),
+                        ("bench_policies_untrained_b1", "The drafters not trained for the "
+                                                        "target at batch 1: fixed k = 3 (their "
+                                                        "default until 2026-12-01) against "
+                                                        "adaptive, Spec-Bench (1 question per "
+                                                        "category; issue 23)"),
+                        ("bench_policies_sweep_pl", "Every draft-length policy on prompt "
+                                                    "lookup at batch 1, 4 and 16, Spec-Bench "
+                                                    "(2 questions per category; issue 23)"),
+                        ("bench_policies_sweep_batched", "Every draft-length policy on the "
                                                          "EAGLE-3 head at batch 4 and 16, "
                                                          "Spec-Bench (2 questions per "
                                                          "category; issue 23)"),

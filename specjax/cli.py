@@ -262,11 +262,13 @@ def cmd_demo(args) -> int:
 
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
-    from specjax.methods import DEFAULTS, registry_table
+    from specjax.methods import BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS, registry_table
 
     table = registry_table()
     if args.json:
-        print(json.dumps({**table, "method_defaults": DEFAULTS}, indent=2, default=repr))
+        print(json.dumps({**table, "method_defaults": DEFAULTS,
+                          "chain_defaults": CHAIN_DEFAULTS,
+                          "batched_chain_defaults": BATCHED_DEFAULTS}, indent=2, default=repr))
         return 0
     print("A method is a drafter (--method NAME) plus a policy and a verifier, chosen with\n"
           "--method-arg policy=NAME / verifier=NAME; every other --method-arg key=value is an\n"
@@ -275,11 +277,13 @@ def cmd_methods(args) -> int:
     for kind, entries in table.items():
         print(f"\n{kind}:")
         for e in entries:
-            defaults = DEFAULTS.get(e["name"]) if kind == "drafters" else None
             print(f"  {e['name']}: {e['doc']}")
-            if defaults:
-                print("    method defaults: "
-                      + ", ".join(f"{k}={v}" for k, v in defaults.items()))
+            for label, table_ in (("method defaults", DEFAULTS),
+                                  ("as a chain", CHAIN_DEFAULTS),
+                                  ("as a chain above batch 1", BATCHED_DEFAULTS)):
+                defaults = table_.get(e["name"]) if kind == "drafters" else None
+                if defaults:
+                    print(f"    {label}: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))
             for o in e["options"]:
                 d = "required" if o["required"] else f"default {_short(o['default'])}"
                 line = f"    {o['name']} ({o['type']}, {d})"

@@ -305,6 +305,28 @@ def test_adaptive_batch_drafts_only_when_the_batch_step_pays():
     # a finished row neither counts nor drafts
     assert decide([high, low], live=[True, False]) == [2, 0]
 
+    # rows whose drafter rarely offers a draft when asked (a lookup without a match): a row
+    # yields 1 + o (2.8657 - 1), and the block is paid with chance 1 - prod(1 - o)
+    def decide_o(rows, asked, offered):
+        st = AdaptiveState(accepted=jnp.asarray([r[0] for r in rows]),
+                           rejected=jnp.asarray([r[1] for r in rows]),
+                           asked=jnp.asarray(asked), offered=jnp.asarray(offered))
+        return np.asarray(pol.decide(st, None)).tolist()
+
+    # o = 1 / 11: (2 + 2 * 0.1696) / (1 + 0.1736 * 1.2) = 1.936 < 2 rows; alone it still
+    # drafts (the chance cancels at batch 1: 1.866 extra tokens > 1.2 extra cost)
+    assert decide_o([high, high], [10.0, 10.0], [0.0, 0.0]) == [0, 0]
+    assert decide_o([high], [10.0], [0.0]) == [2]
+    # o = 1 / 2: (2 + 2 * 0.9329) / (1 + 0.75 * 1.2) = 2.035 > 2; o = 1: the rule above
+    assert decide_o([high, high], [1.0, 1.0], [0.0, 0.0]) == [2, 2]
+    assert decide_o([high, high], [5.0, 5.0], [5.0, 5.0]) == [2, 2]
+    # asks and offers are counted on drafting steps: asked k > 0, offered n_draft > 0
+    st = pol.update(pol.init(3), jnp.asarray([2, 2, 0]), jnp.asarray([2, 0, 0]),
+                    jnp.asarray([1, 0, 0]))
+    assert np.asarray(st.asked).tolist() == [1, 1, 0]
+    assert np.asarray(st.offered).tolist() == [1, 0, 0]
+    np.testing.assert_allclose(np.asarray(pol.offer_rate(st)), [1.0, 0.5, 1.0])
+
 
 def test_never_pays_by_hand():
     """A cost model under which no draft can pay, fully accepted or at the policy's prior, is

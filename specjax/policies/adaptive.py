@@ -11,7 +11,9 @@ draft_cost`` for the drafter's own work when ``k >= 1`` (0 unless given; a step 
 nothing is an idle step, a plain step). Each row drafts the ``k`` that maximises its tokens per
 unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one block, its
 longest draft's: the batch drafts only when its live rows' expected tokens per unit cost of
-that step beat one token per row (else no row drafts this step). Counts decay every step (by
+that step beat one token per row (else no row drafts this step), each row's tokens and the
+block's cost weighted by the row's running chance that the drafter offers a draft when asked
+(a lookup drafter finds no match on most steps; at batch 1 the chance cancels). Counts decay every step (by
 ``idle_decay`` on a row's steps without a draft, when given), so a row that stopped drafting
 drifts back to the prior and probes again: once a first draft is rejected where a one-token
 draft's step costs 1.4 plain steps, after about 8 idle steps with ``decay = 0.9``, after about
@@ -222,6 +224,11 @@ def step_cost_field():
 class AdaptiveState:
     accepted: jax.Array  # float32[B] decayed accepted-token count
     rejected: jax.Array  # float32[B] decayed rejection count
+    # decayed counts of the drafting steps that asked the row for a draft (k > 0) and of those
+    # in which the drafter offered one (a lookup drafter finds no match on most steps); None:
+    # every ask is answered (a state built by hand)
+    asked: jax.Array | None = None
+    offered: jax.Array | None = None
 
 
 def _parse_cost(value: str, args) -> tuple[float, ...] | str:
@@ -281,7 +288,15 @@ class AdaptivePolicy:
 
     def init(self, batch: int):
         z = jnp.zeros((batch,), jnp.float32)
-        return AdaptiveState(accepted=z, rejected=z)
+        return AdaptiveState(accepted=z, rejected=z, asked=z, offered=z)
+
+    @staticmethod
+    def offer_rate(state: AdaptiveState) -> jnp.ndarray:
+        """Each row's estimated chance that the drafter offers a draft when asked,
+        ``(offered + 1) / (asked + 1)`` (1 before any ask), ``[B]``."""
+        if state.asked is None:
+            return jnp.ones_like(state.accepted)
+        return jnp.clip((state.offered + 1.0) / (state.asked + 1.0), 0.0, 1.0)
 
     def never_drafts(self) -> str | None:
         """Why this policy will not draft in a run, or None: at its initial state (the prior
@@ -311,14 +326,21 @@ class AdaptivePolicy:
         best = jnp.argmax(gain, axis=1).astype(jnp.int32)
         k = jnp.where(jnp.max(gain, axis=1) > self.min_gain, best, 0)
         # The batch pays one step: the verify block and the draft steps of its longest draft.
-        # Draft only if the live rows' expected tokens over that step's cost beat plain
-        # decoding (one token per live row per unit cost); at batch 1 this is the row's test.
+        # Draft only if the live rows' expected tokens over that step's expected cost beat
+        # plain decoding (one token per live row per unit cost). A row asked for a draft
+        # offers one with its chance ``o`` (a lookup finds no match on most steps): it yields
+        # ``1 + o (tokens - 1)``, and the step pays the block only when some row offers, with
+        # chance ``1 - prod(1 - o)``, else a plain step. At batch 1 ``o`` cancels: the row's
+        # own test, ``tokens > cost``.
         live = jnp.ones(k.shape, bool) if ctx is None else ctx.live
         k = jnp.where(live, k, 0)
         kmax = jnp.max(k)
-        batch_tokens = jnp.where(live, jnp.take_along_axis(tokens, k[:, None], 1)[:, 0],
-                                 0.0).sum()
-        pays = batch_tokens / cost[kmax] > self.min_gain * jnp.maximum(live.sum(), 1)
+        o = jnp.where(k > 0, self.offer_rate(state), 0.0)
+        row_tokens = jnp.take_along_axis(tokens, k[:, None], 1)[:, 0]
+        batch_tokens = jnp.where(live, 1.0 + o * (row_tokens - 1.0), 0.0).sum()
+        p_block = 1.0 - jnp.prod(1.0 - o)
+        step = 1.0 + p_block * (cost[kmax] - 1.0)
+        pays = batch_tokens / step > self.min_gain * jnp.maximum(live.sum(), 1)
         return jnp.where(pays, k, 0).astype(jnp.int32)
 
     def stop(self, state, step):
@@ -329,7 +351,13 @@ class AdaptivePolicy:
         d = self.decay
         if self.idle_decay is not None and self.idle_decay != self.decay:
             d = jnp.where(n_draft > 0, self.decay, self.idle_decay)
+        asked = offered = None
+        if state.asked is not None:
+            ask = (jnp.zeros_like(n_draft) if k is None else jnp.asarray(k)) > 0
+            asked = d * state.asked + ask.astype(jnp.float32)
+            offered = d * state.offered + (ask & (n_draft > 0)).astype(jnp.float32)
         return AdaptiveState(
             accepted=d * state.accepted + n_acc.astype(jnp.float32),
             rejected=d * state.rejected + rejected,
+            asked=asked, offered=offered,
         )
