@@ -13,11 +13,11 @@ unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one 
 longest draft's: the batch drafts only when its live rows' expected tokens per unit cost of
 that step beat one token per row (else no row drafts this step), each row's tokens and the
 block's cost weighted by the row's running chance that the drafter offers a draft when asked
-(a lookup drafter finds no match on most steps; at batch 1 the chance cancels). Counts decay every step (by
-``idle_decay`` on a row's steps without a draft, when given), so a row that stopped drafting
-drifts back to the prior and probes again: once a first draft is rejected where a one-token
-draft's step costs 1.4 plain steps, after about 8 idle steps with ``decay = 0.9``, after about
-40 with ``idle_decay = 0.98``.
+(a lookup drafter finds no match on most steps; at batch 1, with the default ``min_gain = 1``,
+the chance cancels). Counts decay every step (by ``idle_decay`` on a row's steps without a
+draft, when given), so a row that stopped drafting drifts back to the prior and probes again:
+once a first draft is rejected where a one-token draft's step costs 1.4 plain steps, after
+about 8 idle steps with ``decay = 0.9``, after about 40 with ``idle_decay = 0.98``.
 
 The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
 bench --verify-curve``): SmolLM2-135M in float32 and w8a8 on the project's 2-core CPU
@@ -330,8 +330,8 @@ class AdaptivePolicy:
         # plain decoding (one token per live row per unit cost). A row asked for a draft
         # offers one with its chance ``o`` (a lookup finds no match on most steps): it yields
         # ``1 + o (tokens - 1)``, and the step pays the block only when some row offers, with
-        # chance ``1 - prod(1 - o)``, else a plain step. At batch 1 ``o`` cancels: the row's
-        # own test, ``tokens > cost``.
+        # chance ``1 - prod(1 - o)``, else a plain step. At batch 1 (``min_gain = 1``) ``o``
+        # cancels: the row's own test, ``tokens > cost``.
         live = jnp.ones(k.shape, bool) if ctx is None else ctx.live
         k = jnp.where(live, k, 0)
         kmax = jnp.max(k)
