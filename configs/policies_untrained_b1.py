@@ -2,8 +2,9 @@
 model (the target's first layers, `draft_model`), the early exit (`early_exit`) and layer
 skipping (`layer_skip`) on SmolLM2, at batch 1.
 
-At batch 1 these three defaulted to fixed k = 3 until this run (`specjax.methods.DEFAULTS`)
-and had run at 0.38-0.45x of plain decoding (docs/benchmarks_notes.md): their drafts are rarely accepted, and
+At batch 1 these three defaulted to fixed k = 3 until this run
+(`specjax.methods.DEFAULTS`) and had run at 0.38-0.45x of plain decoding
+(docs/benchmarks_notes.md): their drafts are rarely accepted, and
 the bar asks that no method's default fall below 0.97x in any category. `adaptive` with this
 machine's measured step costs backs off per row where drafts are rejected (it is their default
 above batch 1). Each under fixed k = 3 and `adaptive` (k up to 3, the same maximum) against
