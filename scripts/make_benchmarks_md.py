@@ -492,7 +492,15 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_pl_offer_b4", "Prompt lookup's default (adaptive) at "
+    for name, title in (("bench_policies_untrained_idle_b1", "The draft model and the early "
+                                                             "exit under their default "
+                                                             "policy since 2026-12-01 "
+                                                             "(adaptive, idle_decay 0.995) "
+                                                             "and with idle_decay 0.98, "
+                                                             "batch 1, Spec-Bench (1 "
+                                                             "question per category; "
+                                                             "issue 23)"),
+                        ("bench_policies_pl_offer_b4", "Prompt lookup's default (adaptive) at "
                                                        "batch 4 with each row's chance of "
                                                        "offering a draft counted, Spec-Bench "
                                                        "(2 questions per category; issue 23)"),

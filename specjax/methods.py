@@ -38,13 +38,16 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # first layers; the early exit; layer skipping) draft as chains under `adaptive` with this
 # machine's measured step costs at every batch size: on SmolLM2 at batch 1 their fixed k = 3
 # ran at 0.51-0.63x of plain decoding (13 Spec-Bench questions, 2026-12-01), `adaptive` at
-# 0.94-1.00x. A row whose drafts are rejected stops drafting; `idle_decay = 0.98` makes it probe
-# again after about 35 idle steps instead of 8 (`decay`'s 0.9): the draft model 0.954x against
-# 0.925x on 4 questions (docs/benchmarks_notes.md, "Untrained drafters ...").
+# 0.94-1.00x. A row whose drafts are rejected stops drafting; `idle_decay` sets when it probes
+# again: 0.98, after about 35 idle steps instead of 8 (`decay`'s 0.9; the draft model 0.954x
+# against 0.925x on 4 questions), 0.995 (since 2026-12-01, fourteenth session), after about 160,
+# so a 128-token answer holds one or two probes (configs/policies_untrained_idle_b1.py;
+# docs/benchmarks_notes.md, "Untrained drafters ...").
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
+UNTRAINED_IDLE_DECAY = 0.995
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"k": 3},
-    **{name: {"policy": "adaptive", "idle_decay": 0.98} for name in UNTRAINED},
+    **{name: {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY} for name in UNTRAINED},
 }
 # defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
 # drafts only where this machine's measured costs say it pays. On the project's 2-core CPU

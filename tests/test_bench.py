@@ -262,6 +262,21 @@ def test_verify_curve_command(tmp_path, tiny_gguf):
         assert main(["bench", "--verify-curve", "--model", str(tiny_gguf), flag, value]) == 2
 
 
+def test_verify_curve_on_a_given_cache_size(tiny_gguf):
+    """``cache_len`` sets the static cache the block is timed on (attention reads all of it);
+    one that cannot hold the prefix and the largest block is refused, naming both."""
+    from specjax.bench.curve import verify_curve
+    from specjax.models.loaders import load
+
+    lm = load(str(tiny_gguf), numerics="fast")
+    c = verify_curve(lm, ks=(1, 2), batches=(1,), prefix=8, repeats=1, cache_len=64)
+    assert c["cache_len"] == 64 and c["relative"]["1"][0] == 1.0
+    assert verify_curve(lm, ks=(1, 2), batches=(1,), prefix=8, repeats=1)["cache_len"] == 10
+    with pytest.raises(BenchError, match="cache_len 9 cannot hold the 8-token prefix and a "
+                                         "2-token block"):
+        verify_curve(lm, ks=(1, 2), batches=(1,), prefix=8, repeats=1, cache_len=9)
+
+
 @pytest.mark.long  # 23 s (suite time); the plain verify curve stays in the default run
 def test_verify_curve_in_loop(tmp_path, tiny_gguf, monkeypatch):
     """--in-loop times whole loop steps with k - 1 junk drafts each; the file has the curve

@@ -426,7 +426,7 @@ def test_model_based_chains_default_to_adaptive_above_batch_one(lm, monkeypatch)
         m = methods.build("early_exit", lm, {"exit_layer": "1"}, batch=batch)
         assert m.policy.name == "adaptive" and m.policy.max_k == 3
         assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
-        assert m.policy.idle_decay == 0.98
+        assert m.policy.idle_decay == methods.UNTRAINED_IDLE_DECAY == 0.995
     m = methods.build("medusa", lm, {"head": "random"}, batch=4)
     assert m.policy.name == "adaptive" and m.policy.idle_decay is None
     # pinned, or a tree (which keeps its own shape): fixed

@@ -379,12 +379,12 @@ def test_cli_methods_command(capsys):
         assert f"  {name}: " in out
     assert "threshold (float, default 0.4)" in out
     # the chain defaults are listed too (a tree keeps the drafter's own)
-    assert "    as a chain: policy=adaptive, idle_decay=0.98" in out
+    assert "    as a chain: policy=adaptive, idle_decay=0.995" in out
     assert "    as a chain above batch 1: policy=adaptive" in out
     assert main(["methods", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert js["method_defaults"]["prompt_lookup"]["policy"] == "adaptive"
-    assert js["chain_defaults"]["draft_model"] == {"policy": "adaptive", "idle_decay": 0.98}
+    assert js["chain_defaults"]["draft_model"] == {"policy": "adaptive", "idle_decay": 0.995}
     assert js["batched_chain_defaults"]["eagle"] == {"policy": "adaptive"}
 
 

@@ -16,12 +16,20 @@ from specjax.errors import BenchError
 
 
 def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,
-                 repeats: int = 7, progress: Callable | None = None) -> dict:
+                 repeats: int = 7, progress: Callable | None = None,
+                 cache_len: int | None = None) -> dict:
     """Time of one target forward over k new tokens (per batch size), relative to k = 1.
 
     The forward runs as in verification: a block of k tokens on top of a ``prefix``-token
-    committed cache, cache donated (updated in place) as inside the decode loop.
+    committed cache of ``cache_len`` positions (default ``prefix + max(ks)``; attention reads
+    the whole static cache, masked, so its size is part of the price:
+    scripts/verify_cost_vs_cache.py), cache donated (updated in place) as inside the decode
+    loop.
     """
+    S = prefix + max(ks) if cache_len is None else cache_len
+    if S < prefix + max(ks):
+        raise BenchError(f"cache_len {S} cannot hold the {prefix}-token prefix and a "
+                         f"{max(ks)}-token block")
     import functools
 
     import jax
@@ -39,7 +47,6 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
         return jnp.argmax(o.logits, -1), o.cache
 
     def time_one(B, k):
-        S = prefix + max(ks)
         cache = model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
         toks = jnp.zeros((B, k), jnp.int32)
         pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
@@ -54,8 +61,8 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
             ts.append(time.perf_counter() - t0)
         return float(np.median(ts))
 
-    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "seconds": {},
-           "relative": {}}
+    out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "cache_len": S,
+           "seconds": {}, "relative": {}}
     return _fill_curve(out, ks, batches, time_one, progress)
 
 
