@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import time
 
 
 def main() -> None:
@@ -32,6 +30,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from specjax.bench.curve import verify_curve
+    from specjax.bench.machine import machine_description, utc_now
     from specjax.fingerprint import device_description
     from specjax.models.loaders import load
 
@@ -39,8 +38,7 @@ def main() -> None:
     ks = tuple(int(k) for k in a.ks.split(","))
     res = {"command": "python scripts/verify_cost_vs_cache.py " + " ".join(
                f"--{k.replace('_', '-')} {v}" for k, v in vars(a).items() if v is not None),
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "device": device_description(), "machine": platform.processor() or platform.machine(),
+           "date": utc_now(), "device": device_description(), "machine": machine_description(),
            "model": a.model, "batch": a.batch, "prefix": a.prefix, "ks": list(ks), "by_cache": {}}
     for S in (int(s) for s in a.cache_lens.split(",")):
         c = verify_curve(lm, ks=ks, batches=(a.batch,), prefix=a.prefix, repeats=a.repeats,
