@@ -40,7 +40,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # ran at 0.51-0.63x of plain decoding (13 Spec-Bench questions, 2026-12-01), `adaptive` at
 # 0.94-1.00x. A row whose drafts are rejected stops drafting; `idle_decay` sets when it probes
 # again: 0.98, after about 35 idle steps instead of 8 (`decay`'s 0.9; the draft model 0.954x
-# against 0.925x on 4 questions), 0.995 (since 2026-12-01, fourteenth session), after about 160,
+# against 0.925x on 4 questions), 0.995 (since 2026-12-01, fourteenth session), after about 165,
 # so a 128-token answer holds one or two probes (configs/policies_untrained_idle_b1.py;
 # docs/benchmarks_notes.md, "Untrained drafters ...").
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
