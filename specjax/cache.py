@@ -109,5 +109,15 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
     committed entries.
     """
     B, T = new.shape[:2]
+    if T == 1:
+        # a one-token write is scattered as two, the second out of range (dropped): XLA
+        # rewrites a one-element scatter into a dynamic-update-slice, fuses that into the
+        # attention's reads of the cache, and then copies every layer's whole buffer to do it
+        # in place (116 cache copies in a one-token forward: 118 against 65 ms at 4096
+        # positions, 34.5 against 32.5 ms at 144, batch 1, 2026-12-02); a real scatter
+        # stays in place as for longer blocks
+        new = jnp.concatenate([new, new], axis=1)
+        idx = jnp.stack([offsets, jnp.full_like(offsets, buf.shape[1])], axis=1)
+        return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")
     idx = offsets[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]
     return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")

@@ -42,7 +42,9 @@ from specjax.buckets import verify_buckets
 from specjax.errors import PolicyError
 from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model_fingerprint
 
-FORMAT = "specjax-cost-curve-1"
+# 2: from 2026-12-02, when the one-token forward the curve is relative to stopped copying
+# every layer's cache (specjax.cache.write_block); curves of format 1 priced blocks ~6% low
+FORMAT = "specjax-cost-curve-2"
 MODE_ENV = "SPECJAX_COST_CURVE"
 MODES = ("auto", "builtin", "refresh")
 BATCH_BUCKETS = (1, 4, 16, 64)
