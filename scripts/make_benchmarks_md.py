@@ -516,6 +516,11 @@ def main():
                                                         "default until 2026-12-01) against "
                                                         "adaptive, Spec-Bench (1 question per "
                                                         "category; issue 23)"),
+                        ("bench_policies_sweep_draft_model", "Every draft-length policy "
+                                                             "on the draft model at batch 1, "
+                                                             "4 and 16, Spec-Bench (2 "
+                                                             "questions per category; issue "
+                                                             "23)"),
                         ("bench_policies_sweep_pl", "Every draft-length policy on prompt "
                                                     "lookup at batch 1, 4 and 16, Spec-Bench "
                                                     "(2 questions per category; issue 23)"),
