@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import time
 
 
@@ -44,7 +43,7 @@ def main() -> None:
     from flax import nnx
 
     import specjax.models.llama as llama
-    from specjax.bench.machine import machine_description, utc_now
+    from specjax.bench.machine import machine_description, print_and_write_json, utc_now
     from specjax.fingerprint import device_description
     from specjax.models.loaders import load
     from specjax.models.numerics import compiler_options
@@ -90,11 +89,7 @@ def main() -> None:
                   flush=True)
     finally:
         llama.write_block = variants["write_block"]
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    print_and_write_json(res, a.out)
 
 
 if __name__ == "__main__":

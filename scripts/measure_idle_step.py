@@ -67,7 +67,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from specjax import methods
-    from specjax.bench.machine import machine_description, utc_now
+    from specjax.bench.machine import machine_description, print_and_write_json, utc_now
     from specjax.buckets import cache_length
     from specjax.engine import generate
     from specjax.models.loaders import load
@@ -117,11 +117,7 @@ def main() -> None:
         "machine": machine_description(), "model": a.model, "method": a.method,
         "method_args": margs, "prefix": a.prefix, "steps": a.steps, "repeats": a.repeats,
         "rows": rows}
-    text = json.dumps(out, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    print_and_write_json(out, a.out)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ writes it too).
 from __future__ import annotations
 
 import argparse
-import json
 
 
 def main() -> None:
@@ -30,7 +29,7 @@ def main() -> None:
     a = ap.parse_args()
 
     from specjax.bench.curve import verify_curve
-    from specjax.bench.machine import machine_description, utc_now
+    from specjax.bench.machine import machine_description, print_and_write_json, utc_now
     from specjax.fingerprint import device_description
     from specjax.models.loaders import load
 
@@ -47,11 +46,7 @@ def main() -> None:
         res["by_cache"][str(S)] = {"seconds": secs, "relative": c["relative"][str(a.batch)]}
         print(f"cache {S:5d}: " + "  ".join(f"k={k} {s * 1e3:6.1f} ms ({s / secs[0]:.2f})"
                                             for k, s in zip(ks, secs)), flush=True)
-    text = json.dumps(res, indent=1)
-    print(text)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text + "\n")
+    print_and_write_json(res, a.out)
 
 
 if __name__ == "__main__":

@@ -29,3 +29,15 @@ def environment(argv: list[str]) -> dict:
         "jax": jax.__version__,
         "command": "specjax " + shlex.join(argv),
     }
+
+
+def print_and_write_json(obj, out: str | None = None) -> None:
+    """Prints ``obj`` as indented JSON and, with ``out``, writes it there too (the tail of
+    the measuring scripts in ``scripts/``)."""
+    import json
+
+    text = json.dumps(obj, indent=1)
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text + "\n")
