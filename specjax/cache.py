@@ -113,9 +113,9 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
         # a one-token write is scattered as two, the second out of range (dropped): XLA
         # rewrites a one-element scatter into a dynamic-update-slice, fuses that into the
         # attention's reads of the cache, and then copies every layer's whole buffer to do it
-        # in place (116 cache copies in a one-token forward: 118 against 65 ms at 4096
-        # positions, 34.5 against 32.5 ms at 144, batch 1, 2026-12-02); a real scatter
-        # stays in place as for longer blocks
+        # in place (116 cache copies in a one-token forward, batch 1, exact numerics: 138.2
+        # against 76.9 ms at 4096 positions, 35.0 against 33.5 at 144; 2026-12-02,
+        # scripts/ab_one_token_write.py); a real scatter stays in place as for longer blocks
         new = jnp.concatenate([new, new], axis=1)
         idx = jnp.stack([offsets, jnp.full_like(offsets, buf.shape[1])], axis=1)
         return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")

@@ -43,7 +43,7 @@ from specjax.errors import PolicyError
 from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model_fingerprint
 
 # 2: from 2026-12-02, when the one-token forward the curve is relative to stopped copying
-# every layer's cache (specjax.cache.write_block); curves of format 1 priced blocks ~6% low
+# every layer's cache (specjax.cache.write_block); format 1 priced blocks ~5% low at batch 1
 FORMAT = "specjax-cost-curve-2"
 MODE_ENV = "SPECJAX_COST_CURVE"
 MODES = ("auto", "builtin", "refresh")
