@@ -8,7 +8,8 @@ the curve a policy gets is measured where it runs:
 
 * on first use, :func:`measured_cost` times the target forward at the engine's verify block
   sizes for that ``max_k`` (the probe of ``specjax bench --verify-curve``, short: a 128-token
-  prefix, 3 repeats after a warm-up), in a few seconds to a minute;
+  prefix, the block sizes timed in 7 interleaved rounds after a warm-up), in a few seconds to
+  a minute;
 * the result is cached as JSON in ``$SPECJAX_CACHE_DIR/cost_curves`` (default
   ``$XDG_CACHE_HOME/specjax`` or ``~/.cache/specjax``), one file per (device description,
   model fingerprint, dtype, quantization, batch bucket), and reused after;
@@ -49,7 +50,7 @@ MODE_ENV = "SPECJAX_COST_CURVE"
 MODES = ("auto", "builtin", "refresh")
 BATCH_BUCKETS = (1, 4, 16, 64)
 PREFIX = 128
-REPEATS = 3
+REPEATS = 7  # interleaved rounds over the block sizes (specjax.bench.curve.verify_curve)
 
 
 class CostCurveWarning(UserWarning):

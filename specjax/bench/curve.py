@@ -46,24 +46,41 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
         o = m(tokens, positions, cache)
         return jnp.argmax(o.logits, -1), o.cache
 
-    def time_one(B, k):
-        cache = model.init_cache(B, S).with_lengths(jnp.full((B,), prefix, jnp.int32))
+    def prepare(B, k):
+        """Compiles and warms the block of ``k`` tokens at batch ``B``; returns a timer of
+        one forward (the cache stays donated from call to call)."""
+        state = {"cache": model.init_cache(B, S).with_lengths(
+            jnp.full((B,), prefix, jnp.int32))}
         toks = jnp.zeros((B, k), jnp.int32)
         pos = prefix + jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32)[None], (B, k))
-        for _ in range(2):  # compile + warm-up
-            a, cache = fwd(params, toks, pos, cache)
-            jax.block_until_ready(a)
-        ts = []
-        for _ in range(repeats):
+
+        def one() -> float:
             t0 = time.perf_counter()
-            a, cache = fwd(params, toks, pos, cache)
+            a, state["cache"] = fwd(params, toks, pos, state["cache"])
             jax.block_until_ready(a)
-            ts.append(time.perf_counter() - t0)
-        return float(np.median(ts))
+            return time.perf_counter() - t0
+
+        for _ in range(2):  # compile + warm-up
+            one()
+        return one
 
     out = {"ks": list(ks), "batches": list(batches), "prefix": prefix, "cache_len": S,
-           "seconds": {}, "relative": {}}
-    return _fill_curve(out, ks, batches, time_one, progress)
+           "seconds": {}, "relative": {}, "interleaved": True}
+    for B in batches:
+        # the block sizes timed in rounds, in reverse order every other round: on a VM whose
+        # speed drifts, timing each size's repeats back to back gave curves that were not
+        # even monotone (a 4-token block at 1.93 one-token forwards, an 8-token one at 1.53)
+        timers = {k: prepare(B, k) for k in ks}
+        ts = {k: [] for k in ks}
+        for r in range(repeats):
+            for k in (ks if r % 2 == 0 else ks[::-1]):
+                ts[k].append(timers[k]())
+        secs = [float(np.median(ts[k])) for k in ks]
+        if progress:
+            progress(len(ks))
+        out["seconds"][str(B)] = secs
+        out["relative"][str(B)] = [x / secs[0] for x in secs]
+    return out
 
 
 def _fill_curve(out: dict, ks, batches, time_one, progress) -> dict:
