@@ -118,6 +118,6 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
         # scripts/ab_one_token_write.py); a real scatter stays in place as for longer blocks
         new = jnp.concatenate([new, new], axis=1)
         idx = jnp.stack([offsets, jnp.full_like(offsets, buf.shape[1])], axis=1)
-        return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")
-    idx = offsets[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]
+    else:
+        idx = offsets[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]
     return buf.at[jnp.arange(B)[:, None], idx].set(new.astype(buf.dtype), mode="drop")
