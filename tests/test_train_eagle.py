@@ -124,6 +124,41 @@ def test_eagle3_loss_against_a_hand_computation(target):
         TASKS.build("eagle3", {"prompt_weight": "2"}, target)
 
 
+def test_eagle1_loss_against_a_hand_computation(target):
+    """EAGLE-1: 0.1 x the token term + 1.0 x the smooth-L1 distance of the head's output to
+    the next position's (normed) feature, averaged over the feature's width (as the authors'
+    loss), both over answer positions, step i weighted 0.8 ** i."""
+    task = TASKS.build("eagle1", {"ttt_steps": "2", "draft_vocab": "64"}, target)
+    assert (task.cfg.token_weight, task.cfg.feature_weight) == (0.1, 1.0)
+    params, frozen = task.init_params(jax.random.key(0)), task.frozen()
+    batch = _batch(seed=4)
+    loss, _ = task.loss(params, frozen, batch, jax.random.key(1))
+    head = nnx.merge(task.head_graphdef, params["head"])
+    tok = batch["tokens"]
+    B, T = tok.shape
+    o = target(tok, jnp.broadcast_to(jnp.arange(T)[None], (B, T)), target.init_cache(B, T))
+    feat = np.asarray(o.final_hidden, np.float64)
+    nxt = jnp.concatenate([tok[:, 1:], jnp.zeros((B, 1), jnp.int32)], 1)
+    outs = ttt_forward(head, jnp.take(target.embed[...], nxt, axis=0),
+                       head.fuse(o.final_hidden), 2)
+    p = np.asarray(jax.nn.softmax(o.logits, -1), np.float64)
+
+    def smooth_l1(x):
+        a = np.abs(x)
+        return np.where(a < 1.0, 0.5 * x * x, a - 0.5)
+
+    want = 0.0
+    for i, (lg, hid) in enumerate(outs):
+        lsm = np.asarray(jax.nn.log_softmax(lg, -1), np.float64)
+        hid = np.asarray(hid, np.float64)
+        pos = [(b, t) for b in range(B) for t in range(T - 2)
+               if batch["loss_mask"][b, t + 2] and t >= i]
+        ce = np.mean([-(p[b, t + 1] * lsm[b, t]).sum() for b, t in pos])
+        reg = np.mean([smooth_l1(hid[b, t] - feat[b, t + 1]).mean() for b, t in pos])
+        want += 0.8 ** i * (0.1 * ce + 1.0 * reg)
+    assert float(loss) == pytest.approx(want, rel=1e-4)
+
+
 def test_eagle_task_options_and_training_reduces_the_loss(target):
     with pytest.raises(ConfigError, match="ttt_steps .* must be an integer >= 1"):
         TASKS.build("eagle3", {"ttt_steps": "0"}, target)

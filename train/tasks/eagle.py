@@ -198,7 +198,9 @@ class EagleTask:
             step_loss = jnp.sum(w * ce) / wn
             if self.cfg.feature_weight > 0:  # EAGLE-1: regress the next position's feature
                 f_next = jnp.concatenate([final_h[:, 1:], jnp.zeros_like(final_h[:, :1])], 1)
-                l1 = jnp.sum(optax_smooth_l1(hid - f_next), axis=-1)
+                # mean over the feature's width, as the EAGLE authors' loss (a sum weighs
+                # the regression h times more against the token term than its paper)
+                l1 = jnp.mean(optax_smooth_l1(hid - f_next), axis=-1)
                 step_loss = self.cfg.token_weight * step_loss + self.cfg.feature_weight * (
                     jnp.sum(w * l1) / wn)
             total = total + self.cfg.step_weight ** i * step_loss
