@@ -56,6 +56,42 @@ def test_fixed_sum_order_does_not_depend_on_other_dimensions():
     assert numerics.fixed_sum(jnp.ones((3, 1)), -1).shape == (3,)
 
 
+def test_cache_axis_sum_does_not_depend_on_the_cache_length():
+    """The softmax sum over a cache row: zeros appended to the axis (the same row in a longer
+    cache) leave its bits as they are, at any length; ``fixed_sum``'s tree is not like that
+    (its halving pairs entry i with i + n/2), which made a row's logits depend on the cache
+    length its batch chose until 2026-12-02."""
+    rng = np.random.default_rng(3)
+    x = rng.random((4, 3, 200)).astype(np.float32)  # positive, as softmax terms
+    ref = np.asarray(numerics.cache_axis_sum(jnp.asarray(x), -1))
+    differs = False
+    for n in (200, 256, 320, 384, 512, 896, 1000):
+        padded = jnp.asarray(np.pad(x, ((0, 0), (0, 0), (0, n - 200))))
+        assert np.array_equal(np.asarray(numerics.cache_axis_sum(padded, -1)), ref), n
+        differs |= not np.array_equal(np.asarray(numerics.fixed_sum(padded, -1)), ref)
+    assert differs  # the check can fail: fixed_sum's bits move with the length
+    np.testing.assert_allclose(ref, x.sum(-1), rtol=1e-5)
+
+
+# float32 in the default run: on this tiny model it is the precision where the old sum moved
+# logits (bfloat16 rounded the difference away; w8a8 moved 14 rows)
+@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["float32"]))
+def test_a_rows_logits_do_not_depend_on_the_cache_length(precision):
+    """A 200-token prefill's logits, bit for bit, in caches of 256, 320, 384, 512 and 896
+    positions (a batch sizes the cache for its longest prompt; the row's attention reads past
+    position 128, where a length-dependent sum tree pairs other entries)."""
+    model = exact_model(precision, num_layers=2)
+    T = 200
+    toks = jnp.asarray(np.random.default_rng(4).integers(0, 96, (1, T)), jnp.int32)
+    pos = jnp.arange(T, dtype=jnp.int32)[None]
+    fwd = jax.jit(lambda t, c: model(t, pos, c, prefix_empty=True).logits,
+                  compiler_options=numerics.EXACT_COMPILER_OPTIONS)
+    ref = np.asarray(fwd(toks, model.init_cache(1, 256)), np.float32)
+    for S in (320, 384, 512, 896):
+        got = np.asarray(fwd(toks, model.init_cache(1, S)), np.float32)
+        assert np.array_equal(got, ref), (precision, S, int((got != ref).any(-1).sum()))
+
+
 # the attention cases under long (their probes cost ~28 s of the default run): the verify and
 # tree checks below hold the attention plans to one-token decoding bit for bit
 @pytest.mark.parametrize("kind,shape", grid(
@@ -221,7 +257,11 @@ def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision):
     model = exact_model(precision, num_layers=3)
     prompts = mixed_prompts(4, seed=5)
     prompts = [[t % 96 for t in p] for p in prompts]
-    batched = generate(model, prompts, max_new_tokens=12, batch_size=4).tokens
+    # a row long enough to read past position 128 and one that gives the batch a longer cache
+    # (320 positions alone, 576 batched: neither a power of two)
+    rng = np.random.default_rng(6)
+    prompts += [rng.integers(0, 96, 170).tolist(), rng.integers(0, 96, 300).tolist()]
+    batched = generate(model, prompts, max_new_tokens=12, batch_size=len(prompts)).tokens
     for p, want in zip(prompts, batched):
         assert generate(model, [p], max_new_tokens=12).tokens[0] == want
 

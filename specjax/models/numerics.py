@@ -98,6 +98,23 @@ def fixed_sum(x: jax.Array, axis: int = -1) -> jax.Array:
     return acc
 
 
+def cache_axis_sum(x: jax.Array, axis: int = -1) -> jax.Array:
+    """Sum over a cache axis whose length depends on the batch (a row's cache is as long as
+    its batch's longest prompt needs): :func:`fixed_sum` over the axis zero-padded to the next
+    power of two. Halving a power-of-two axis pairs entry ``i`` with ``i + n/2``, so zeros
+    appended past a shorter power of two only add exact zeros until the axis is that short:
+    the sum of a row is the same bits in a cache of any length, where :func:`fixed_sum`'s
+    order depends on the length (896 halves to 7 slices, 256 to 1)."""
+    axis = axis % x.ndim
+    n = x.shape[axis]
+    p = 1 << max(n - 1, 0).bit_length()
+    if p != n:
+        pad = [(0, 0)] * x.ndim
+        pad[axis] = (0, p - n)
+        x = jnp.pad(x, pad)
+    return fixed_sum(x, axis)
+
+
 def rms_norm_exact(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
     xf = x.astype(jnp.float32)
     ms = fixed_sum(xf * xf, -1)[..., None] / jnp.float32(x.shape[-1])
@@ -395,7 +412,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
         p1 = jnp.exp(s1 - mc[..., None])
         oc = jnp.einsum("bkgts,bskd->btkgd", p1.astype(dtype), v1,
                         preferred_element_type=jnp.float32)
-        return oc, fixed_sum(p1, -1), mc  # [B,r,KVH,G,Dh], [B,KVH,G,r], [B,KVH,G,r]
+        return oc, cache_axis_sum(p1, -1), mc  # [B,r,KVH,G,Dh], [B,KVH,G,r], [B,KVH,G,r]
 
     parts = (pad_rows(q.reshape(B, T, kvh, G, hd), Tp, axis=1), pad_rows(pre, Tp, axis=1),
              pad_rows(m_t, Tp, axis=1))
