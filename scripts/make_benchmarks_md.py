@@ -615,6 +615,10 @@ def main():
                                                       "drafter's measured cost counted, "
                                                       "Spec-Bench (1 question per category), "
                                                       "batch 1 and 4 (issue 23)"),
+                        ("bench_spec_bench_eagle1", "An EAGLE-1 head trained on this 2-core "
+                                                    "CPU (50 minutes), int8 products, on "
+                                                    "Spec-Bench (10 questions per category, "
+                                                    "128 tokens)"),
                         ("bench_spec_bench_heads_w8a8", "The shipped EAGLE-3 head with int8 "
                                                         "products (quantize=w8a8, the CPU "
                                                         "default since 2026-11-28) on "
