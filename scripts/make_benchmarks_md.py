@@ -616,7 +616,7 @@ def main():
                                                       "Spec-Bench (1 question per category), "
                                                       "batch 1 and 4 (issue 23)"),
                         ("bench_spec_bench_eagle1", "An EAGLE-1 head trained on this 2-core "
-                                                    "CPU (50 minutes), int8 products, on "
+                                                    "CPU (56 minutes), int8 products, on "
                                                     "Spec-Bench (10 questions per category, "
                                                     "128 tokens)"),
                         ("bench_spec_bench_heads_w8a8", "The shipped EAGLE-3 head with int8 "
