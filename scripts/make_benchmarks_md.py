@@ -419,6 +419,27 @@ def exactness_section(d: dict) -> list[str]:
     return out + [""]
 
 
+def prefill_section(now: dict, before: dict | None) -> list[str]:
+    """docs/results/prefill_exact_vs_fast*.json (scripts/measure_prefill.py): the exact
+    prefill's price, and the same script over the code before the prefill's own forms."""
+    out = ["## The price of an exact prefill (issue 22)", "",
+           f"`{now['command']}` ({now['date']}, {now['machine']}): {now['what']}. Seconds."
+           + (f" Before: {before['date']}, {before['what']}." if before else ""), "",
+           "| precision | prompt tokens | cache | exact s | fast s | exact / fast |"
+           + (" exact s before | before / fast |" if before else ""),
+           "| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if before else "")]
+    old = {(r["precision"], r["prompt_tokens"]): r for r in (before or {}).get("rows", [])}
+    for r in now["rows"]:
+        line = (f"| {r['precision']} | {r['prompt_tokens']} | {r['cache_len']} | "
+                f"{r['exact_s']:.3f} | {r['fast_s']:.3f} | {r['exact_over_fast']:.2f}x |")
+        if before:
+            b = old.get((r["precision"], r["prompt_tokens"]))
+            line += (f" {b['exact_s']:.3f} | {b['exact_over_fast']:.2f}x |" if b
+                     else " - | - |")
+        out.append(line)
+    return out + [""]
+
+
 def suffix_section(d: dict) -> list[str]:
     """docs/results/suffix_workload.json (scripts/bench_suffix.py): suffix decoding on a
     repeated-task workload."""
@@ -489,6 +510,11 @@ def main():
     f = RES / "exactness.json"
     if f.exists():
         lines += exactness_section(json.loads(f.read_text()))
+    f = RES / "prefill_exact_vs_fast.json"
+    if f.exists():
+        b = RES / "prefill_exact_vs_fast_before.json"
+        lines += prefill_section(json.loads(f.read_text()),
+                                 json.loads(b.read_text()) if b.exists() else None)
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))

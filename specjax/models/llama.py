@@ -195,14 +195,20 @@ def plain_matmul(x: Array, w: Array, dtype) -> Array:
 
 
 def prefill_matmul(x: Array, w: Array, dtype) -> Array:
-    """``x @ w.T`` in a prefill: XLA's own product with rows padded to its reference row class
-    (``row_plan(..., "plain", ...)``), float32 results rounded to ``dtype``. A prompt row comes
-    out the same in every prefill (alone, batched, any padded length); it need not agree with
-    the chunked product of decoding (nothing computes a prompt position both ways), and for
-    hundreds of rows XLA's product is the faster one (a 768-token SmolLM2 prefill on a 2-core
-    CPU: 0.5 s of 2.8 s went to the chunked product's extra cost, 2026-12-02)."""
+    """``x @ w.T`` in a prefill, float32 results rounded to ``dtype``: a prompt row comes out
+    the same in every prefill (alone, batched, any padded length). It need not agree with
+    decoding's product (nothing computes a prompt position both ways), so it takes whichever
+    invariant form is faster for hundreds of rows: XLA's own product with rows padded to its
+    reference row class (``row_plan(..., "plain", ...)``), except for bfloat16 operands on
+    the CPU backend, where XLA:CPU's mixed bfloat16 -> float32 product is slow and the chunked
+    product of decoding (:func:`exact_matmul`) is the fast one. Measured on a 2-core CPU
+    (2026-12-02, SmolLM2, ``scripts/measure_prefill.py``): a 768-token float32 prefill 2.77 s
+    in the chunked form, 1.80 s in XLA's (fast numerics: 1.69 s); a 256-token bfloat16 prefill
+    1.13 s in XLA's mixed product, 0.37 s chunked (fast numerics: 0.52 s)."""
     from specjax.models.numerics import pad_rows, row_plan
 
+    if x.dtype != jnp.float32 and jax.default_backend() == "cpu":
+        return exact_matmul(x, w, dtype)
     t, i = x.shape
     rows, n = row_plan(t, "plain", tuple(w.shape), x.dtype, plain_matmul)
     xp = pad_rows(x, rows * n)

@@ -27,10 +27,12 @@ bits and, in bfloat16 or int8, now and then the argmax. ``exact`` numerics fix e
   ones: gathered by rank both become the same list) and reduced by fixed element-wise trees.
 * **prefill** (``prefix_empty``): a prefill only has to agree with other prefills (alone or
   batched, any padded prompt or cache length): nothing computes a prompt position through
-  another kind of forward. Its products run as XLA's own product with rows padded to that
-  product's class (kind ``"plain"``) and its attention sends every key through the product
+  another kind of forward. Its products take the faster invariant form for many rows
+  (:func:`specjax.models.llama.prefill_matmul`: XLA's own product padded to that product's
+  class, kind ``"plain"``, in float32) and its attention sends every key through the product
   over the cache row (``exact_attention(..., prefill=True)``, no tail): on a 2-core CPU a
-  768-token prefill costs 1.71 s against fast numerics' 1.64 s (2.82 s in the decoding forms).
+  768-token float32 prefill costs 1.86 s against fast numerics' 1.72 s (2.77 s in the
+  decoding forms; docs/numerics.md).
 * **rounding** (:data:`EXACT_COMPILER_OPTIONS`): every element-wise result is rounded to the
   compute dtype where the program says so. XLA may otherwise keep a bfloat16 intermediate in
   float32 inside a fusion (``xla_allow_excess_precision``, on by default), and which values
