@@ -166,22 +166,28 @@ def chunked_matmul(x: Array, w: Array, chunks: int, dtype) -> Array:
     return jnp.transpose(y, (2, 0, 1)).reshape(t, o)
 
 
-def exact_matmul(x: Array, w: Array, dtype) -> Array:
-    """``x @ w.T`` as the chunked product with rows padded to the reference row class
-    (:func:`specjax.models.numerics.row_plan`; split into equal products when no single one
-    is in the class), so that a row's result does not depend on how many rows share it."""
+def _row_planned(x: Array, w: Array, dtype, kind: str, shape: tuple, product, extra=()):
+    """``product(x, w, *extra, float32)`` with the rows of ``x`` padded to the reference row
+    class of ``kind`` (:func:`specjax.models.numerics.row_plan`; equal products under a
+    ``lax.map`` when no single one is in the class), rounded to ``dtype`` after: the rows are
+    the same in float32."""
     from specjax.models.numerics import pad_rows, row_plan
 
     t, i = x.shape
-    chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
-    rows, n = row_plan(t, "linear", (*w.shape, chunks), x.dtype, chunked_matmul)
+    rows, n = row_plan(t, kind, shape, x.dtype, product)
     xp = pad_rows(x, rows * n)
-    # float32 results, rounded to ``dtype`` after: the rows are the same in float32
     if n == 1:
-        return chunked_matmul(xp, w, chunks, jnp.float32)[:t].astype(dtype)
-    y = jax.lax.map(lambda xc: chunked_matmul(xc, w, chunks, jnp.float32),
-                    xp.reshape(n, rows, i))
+        return product(xp, w, *extra, jnp.float32)[:t].astype(dtype)
+    y = jax.lax.map(lambda xc: product(xc, w, *extra, jnp.float32), xp.reshape(n, rows, i))
     return y.reshape(n * rows, -1)[:t].astype(dtype)
+
+
+def exact_matmul(x: Array, w: Array, dtype) -> Array:
+    """``x @ w.T`` as the chunked product with rows padded to the reference row class
+    (:func:`_row_planned`), so that a row's result does not depend on how many rows share
+    it."""
+    chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
+    return _row_planned(x, w, dtype, "linear", (*w.shape, chunks), chunked_matmul, (chunks,))
 
 
 # ``exact`` of a prefill forward (a fresh cache, ``prefix_empty``): the invariant forms that
@@ -205,17 +211,9 @@ def prefill_matmul(x: Array, w: Array, dtype) -> Array:
     (2026-12-02, SmolLM2, ``scripts/measure_prefill.py``): a 768-token float32 prefill 2.77 s
     in the chunked form, 1.80 s in XLA's (fast numerics: 1.69 s); a 256-token bfloat16 prefill
     1.13 s in XLA's mixed product, 0.37 s chunked (fast numerics: 0.52 s)."""
-    from specjax.models.numerics import pad_rows, row_plan
-
     if x.dtype != jnp.float32 and jax.default_backend() == "cpu":
         return exact_matmul(x, w, dtype)
-    t, i = x.shape
-    rows, n = row_plan(t, "plain", tuple(w.shape), x.dtype, plain_matmul)
-    xp = pad_rows(x, rows * n)
-    if n == 1:
-        return plain_matmul(xp, w, jnp.float32)[:t].astype(dtype)
-    y = jax.lax.map(lambda xc: plain_matmul(xc, w, jnp.float32), xp.reshape(n, rows, i))
-    return y.reshape(n * rows, -1)[:t].astype(dtype)
+    return _row_planned(x, w, dtype, "plain", tuple(w.shape), plain_matmul)
 
 
 def quantize_rows(x: Array) -> tuple[Array, Array]:
