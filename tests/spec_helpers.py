@@ -150,11 +150,13 @@ def check_cache_after_every_step(target, d, budgets, seed=3):
 @dataclasses.dataclass(frozen=True)
 class IdlePolicy:
     """A test policy with idle steps: every row drafts ``max_k`` when its step count is a
-    multiple of 7 (so six steps in a row draft nothing in the whole batch: the loop's idle
-    path, with the EAGLE drafter's pending buffer filling up), and row 1 also on multiples of
-    5 (steps where some rows draft and others do not)."""
+    multiple of ``every`` (7: so six steps in a row draft nothing in the whole batch: the
+    loop's idle path, with the EAGLE drafter's pending buffer filling up), and row 1 also on
+    multiples of ``row1`` (5: steps where some rows draft and others do not)."""
 
     max_k: int
+    every: int = 7
+    row1: int = 5
     name: str = "idle-test"
     stops_mid_draft: bool = False
 
@@ -163,7 +165,7 @@ class IdlePolicy:
 
     def decide(self, state, ctx):
         row = jnp.arange(state.shape[0])
-        go = (state % 7 == 0) | ((row == 1) & (state % 5 == 0))
+        go = (state % self.every == 0) | ((row == 1) & (state % self.row1 == 0))
         return jnp.where(go, self.max_k, 0).astype(jnp.int32)
 
     def update(self, state, k, n_draft, n_acc):

@@ -8,8 +8,8 @@ import numpy as np
 import optax
 import pytest
 from flax import nnx
-from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
-    three_token_law
+from spec_helpers import IdlePolicy, chi_square_check, make_target, mixed_prompts, \
+    sharp_tiny_pair, three_token_law
 
 from specjax import drafters
 from specjax.engine import generate, make_loop
@@ -73,13 +73,21 @@ def test_hydra_is_greedy_identical(target, prompts, plain, kw):
     assert r8.tokens == plain and sum(r8.extra["drafted"]) > 0
 
 
-@pytest.mark.parametrize("tree", [None, "dynamic:width=2,nodes=5"], ids=["chain", "tree"])
-def test_prefix_cache_and_context_after_every_step(target, tree):
+@pytest.mark.parametrize("tree, idle", [(None, False), ("dynamic:width=2,nodes=5", False),
+                                        (None, True)], ids=["chain", "tree", "chain-idle"])
+def test_prefix_cache_and_context_after_every_step(target, tree, idle):
     """After every step the prefix layer's committed cache and the context vector equal the
-    prefix layer run from scratch over a plain target forward of the committed text."""
+    prefix layer run from scratch over a plain target forward of the committed text.
+    ``idle``: under a policy with runs of six steps where no row drafts (``skip``: the target
+    features pile up as pending, the buffer of D + 1 is fed through the prefix layer when
+    full and before the next draft), the fed entries, the pending features and the context
+    of the last fed position are checked instead."""
     d = perturbed(drafters.make("hydra", target, k=3, tree=tree), seed=3)
     heads = nnx.merge(d.graphdef, d.params()["heads"])
-    loop = make_loop(target, drafter=d)
+    # idle: every row drafts on steps 0 and 9, row 1 also on step 7: steps 1-6 draft nothing
+    # (the buffer of 4 fills and is fed by ``skip``), step 7 feeds it before drafting
+    pol = IdlePolicy(d.max_k, every=9, row1=7) if idle else None
+    loop = make_loop(target, drafter=d, policy=pol)
     _, params = nnx.split(target)
     ps = mixed_prompts(3, seed=2)
     B, P, S = 3, 32, 64
@@ -97,26 +105,33 @@ def test_prefix_cache_and_context_after_every_step(target, tree):
         o = target(seq, pos, target.init_cache(B, S))
         c, cache = heads.context(o.final_hidden, pos, heads.prefix.init_cache(B, S),
                                  prefix_empty=True)
-        return c, cache
+        return c, cache, o.final_hidden
 
-    steps = 0
+    steps, flushed, prev = 0, False, np.zeros(B, np.int32)
     while not bool(np.asarray(st.done).all()):
         st = run_jit(loop, params, d.params(), st, arrays, jnp.int32(int(st.step) + 1))
         steps += 1
         seq, seq_len = np.asarray(st.seq), np.asarray(st.seq_len)
-        c, ref = reference(jnp.asarray(seq[:, :S]))
+        c, ref, g = reference(jnp.asarray(seq[:, :S]))
         ds = st.draft_state
-        n_c = np.asarray(ds.cache.lengths)
+        n_c, npend = np.asarray(ds.cache.lengths), np.asarray(ds.pend_n)
         for b in range(B):
             if bool(np.asarray(st.done)[b]):
                 continue
             n = seq_len[b] - 1  # committed positions
-            assert n_c[b] == n
-            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :n]),
-                                       np.asarray(ref.k[0][b, :n]), atol=2e-5)
-            np.testing.assert_allclose(np.asarray(ds.ctx[b]), np.asarray(c[b, n - 1]),
+            fed = n_c[b]
+            assert fed + npend[b] == n, (b, fed, npend[b], n)
+            assert idle or npend[b] == 0
+            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :fed]),
+                                       np.asarray(ref.k[0][b, :fed]), atol=2e-5)
+            np.testing.assert_allclose(np.asarray(ds.ctx[b]), np.asarray(c[b, fed - 1]),
                                        atol=2e-5)
-    assert steps >= 3
+            np.testing.assert_allclose(np.asarray(ds.pend[b, :npend[b]]),
+                                       np.asarray(g[b, fed:n]), atol=2e-5)
+            flushed |= bool(prev[b] == 4 and npend[b] == 1)  # a full buffer fed
+        prev = npend
+    assert steps >= (10 if idle else 3)
+    assert flushed or not idle
 
 
 # the fixed tree under -m long (the suite's time): every multi-draft rule is checked by exact

@@ -5,6 +5,13 @@ reading the node's own path), with no draft forward beyond the heads.
 State per row: the context vector ``c_t`` of the newest committed position (Hydra: the
 target's normed last hidden state; Hydra++: the prefix layer's output, whose one-layer KV
 cache holds every committed position) from the features the verify forward computes.
+
+Idle steps (a policy that backs off, ``DecodeLoop.idle_skip``): Hydra++ defers its prefix
+pass. The committed token's target feature joins a row's pending features (``pend``, up to
+``D + 1`` of them), and the pending features go through the prefix layer in one pass when the
+buffer is full or before the next draft (``propose``), as the EAGLE head defers its pass: one
+pass per ``D + 1`` idle steps instead of one every step (on the project's 2-core CPU an idle
+Hydra++ step cost 1.06 plain steps with a pass every step).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from flax import nnx
 
 from specjax.cache import KVCache
 from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
-from specjax.drafters._tree import draft_tree_or_nothing, tree_draft
+from specjax.drafters._tree import draft_tree_or_nothing, run_if, tree_draft
 from specjax.drafters.base import (DRAFTERS, StepContext, check_k, skip_as_update,
                                    tree_field, tree_option)
 from specjax.errors import DrafterError
@@ -31,11 +38,16 @@ from specjax.tree import DraftTree, TreeSpec
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class HydraState:
-    """``ctx[B, h]``: context vector of the newest committed position; ``cache``: the prefix
-    layer's cache (Hydra++), lengths = committed positions; a zero-size cache for Hydra."""
+    """``ctx[B, h]``: context vector of the newest committed position whose feature went
+    through the prefix layer; ``cache``: the prefix layer's cache (Hydra++), lengths = the
+    positions fed; a zero-size cache for Hydra. ``pend[B, P, h]``: target features of the
+    positions ``cache.lengths + j``, ``j < pend_n``, not yet fed (Hydra++ after idle steps;
+    ``P = 0`` for Hydra)."""
 
     ctx: jax.Array
     cache: KVCache
+    pend: jax.Array
+    pend_n: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,17 +72,36 @@ class HydraDrafter:
         heads = self._heads(params)
         g = features.final_hidden
         B, P, _ = g.shape
+        D = self.tree.depth if self.tree is not None else self.max_k
         if heads.prefix is None:
             cache = KVCache(k=(), v=(), lengths=prompt_lens)
             c_all = g.astype(jnp.float32)
+            pend = jnp.zeros((B, 0, g.shape[-1]), g.dtype)
         else:
-            D = self.tree.depth if self.tree is not None else self.max_k
             cache = heads.prefix.init_cache(B, cache_len + D + 2)
             pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
             c_all, cache = heads.context(g, pos, cache, prefix_empty=True)
             cache = cache.with_lengths(prompt_lens)
+            pend = jnp.zeros((B, D + 1, g.shape[-1]), g.dtype)
         c = jnp.take_along_axis(c_all, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
-        return HydraState(ctx=c, cache=cache)
+        return HydraState(ctx=c, cache=cache, pend=pend, pend_n=jnp.zeros((B,), jnp.int32))
+
+    def _flush(self, heads, state: HydraState, rows) -> HydraState:
+        """Feeds the pending features of ``rows`` (bool[B]) through the prefix layer in one
+        pass; the context vector becomes the last one's. A row with nothing pending, or not
+        in ``rows``, keeps its state (the pass writes past its ``lengths``, which the next
+        write replaces before anything reads it)."""
+        P = state.pend.shape[1]
+        start = state.cache.lengths
+        pos = start[:, None] + jnp.arange(P, dtype=jnp.int32)[None]
+        out, cache = heads.context(state.pend, pos, state.cache)
+        last = jnp.maximum(state.pend_n - 1, 0)[:, None, None]
+        c = jnp.take_along_axis(out, last, axis=1)[:, 0].astype(jnp.float32)
+        has = rows & (state.pend_n > 0)
+        return dataclasses.replace(
+            state, ctx=jnp.where(has[:, None], c, state.ctx),
+            cache=cache.with_lengths(jnp.where(has, start + state.pend_n, start)),
+            pend_n=jnp.where(has, 0, state.pend_n))
 
     def propose(self, params, target, state: HydraState, ctx: StepContext, k, greedy,
                 stop=None):
@@ -87,6 +118,9 @@ class HydraDrafter:
         def emb(draft_tok):
             return emb_target(jnp.take(draft_ids, draft_tok))
 
+        if heads.prefix is not None:  # the features idle steps left pending, first
+            _, state = run_if(jnp.any(ctx.live & (state.pend_n > 0)),
+                              lambda st: ((), self._flush(heads, st, ctx.live)), (), state)
         B = state.ctx.shape[0]
         buf = jnp.zeros((B, K + 1, h), jnp.float32).at[:, 0].set(state.ctx)
         buf = buf.at[:, 1].set(emb_target(ctx.pending))
@@ -140,7 +174,23 @@ class HydraDrafter:
             (jnp.int32(0), buf, tokens, q, k_rows, stop_carry0(B)))
         return DraftTree.chain(tokens, jnp.minimum(k_rows, M), q)
 
-    skip = skip_as_update  # a step that drafted nothing (``DecodeLoop.idle_skip``)
+    def skip(self, params, target, state: HydraState, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``). Hydra: the committed
+        token's feature becomes the context (``update``). Hydra++: the feature joins the
+        row's pending ones, with no prefix pass; a row whose buffer is full first has every
+        live row's pending features fed (:meth:`_flush`)."""
+        heads = self._heads(params)
+        if heads.prefix is None:
+            return skip_as_update(self, params, target, state, ctx, features)
+        live = ctx.live
+        B, P = state.pend.shape[:2]
+        _, state = run_if(jnp.any(live & (state.pend_n >= P)),
+                          lambda st: ((), self._flush(heads, st, live)), (), state)
+        slot = jnp.where(live, state.pend_n, P)  # out of range: dropped
+        g = features.final_hidden[:, 0].astype(state.pend.dtype)
+        return dataclasses.replace(
+            state, pend=state.pend.at[jnp.arange(B), slot].set(g, mode="drop"),
+            pend_n=state.pend_n + live)
 
     def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):
         heads = self._heads(params)
@@ -148,16 +198,16 @@ class HydraDrafter:
         live = ctx.live
         if heads.prefix is None:
             c = jnp.take_along_axis(g, n_acc[:, None, None], axis=1)[:, 0]
-            return HydraState(ctx=jnp.where(live[:, None], c.astype(jnp.float32), state.ctx),
-                              cache=state.cache)
+            return dataclasses.replace(
+                state, ctx=jnp.where(live[:, None], c.astype(jnp.float32), state.ctx))
         start = ctx.target_cache.lengths - (n_acc + 1)  # the root's position
         B, T, _ = g.shape
         pos = start[:, None] + jnp.arange(T, dtype=jnp.int32)[None]
         out, cache = heads.context(g, pos, state.cache.with_lengths(start))
         c = jnp.take_along_axis(out, n_acc[:, None, None], axis=1)[:, 0]
         lengths = jnp.where(live, start + n_acc + 1, state.cache.lengths)
-        return HydraState(ctx=jnp.where(live[:, None], c, state.ctx),
-                          cache=cache.with_lengths(lengths))
+        return dataclasses.replace(state, ctx=jnp.where(live[:, None], c, state.ctx),
+                                   cache=cache.with_lengths(lengths))
 
 
 @dataclasses.dataclass(frozen=True)
