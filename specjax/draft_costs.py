@@ -5,7 +5,8 @@ model-based drafter.
 A step that drafts ``k >= 1`` tokens costs the verify forward over ``k + 1`` tokens per row, the
 drafter's ``k`` draft steps and its bookkeeping (the catch-up pass, the tree, the commit);
 a step that drafts nothing is an idle step, about a plain step (on the project's CPU at batch
-1, 0.97 and 1.06 plain steps with the EAGLE-3 and Hydra++ heads). For prompt lookup the
+1, 0.97 and 1.01 plain steps with the EAGLE-3 and Hydra++ heads, which both defer their
+pass over idle steps' features). For prompt lookup the
 drafting is about free; for a trained head on one row of a 2-core CPU one more drafted token
 costs a few percent of a target step, at batch 4 about a third of one, which is why drafting
 that pays at batch 1 does not pay there. A cost-aware policy that leaves it out keeps drafting
