@@ -43,19 +43,30 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # against 0.925x on 4 questions), 0.995 (since 2026-12-01, fourteenth session), after about 165,
 # so a 128-token answer holds one or two probes (configs/policies_untrained_idle_b1.py;
 # docs/benchmarks_notes.md, "Untrained drafters ...").
+#
+# the Hydra++ and Medusa-1 heads do the same at batch 1 (since 2026-12-03, twentieth session):
+# once Hydra++ deferred its prefix pass on idle steps (an idle step 1.041 -> 1.008 plain
+# steps), `adaptive` with `idle_decay` 0.995 ran at 1.09x with no category below 0.98x where
+# fixed k = 3 ran at 1.04x with four categories at 0.91-0.94x (26 Spec-Bench prompts x 2,
+# configs/policies_hydra_b1.py); Medusa-1 `adaptive` 1.13x against k = 3's 1.07x (qa 0.96x),
+# configs/policies_step_cost_b1.py; the 130-question check is configs/spec_bench_heads_mh_default.py.
+# EAGLE-3 keeps k = 3 at batch 1: `adaptive` matched it within 2% (1.35x against 1.37x) and
+# its weakest category was 1.06x over 130 questions.
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 UNTRAINED_IDLE_DECAY = 0.995
+IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"k": 3},
-    **{name: {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY} for name in UNTRAINED},
+    **{name: {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY}
+       for name in IDLE_ADAPTIVE},
 }
 # defaults at batch sizes above 1 (chains): a drafter that spends compute of its own per draft
 # drafts only where this machine's measured costs say it pays. On the project's 2-core CPU
 # the EAGLE-3 head's fixed k = 3 ran at 0.84x of plain decoding at batch 4 and 0.87x at batch
 # 16; `adaptive` with the step costs measured in the decode loop finds that no draft pays
 # there at its prior acceptance and decodes plainly (specjax.engine.drafting_off);
-# docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the trained heads keep
-# their fixed lengths (the measured best there; no first-use measurement in the demo).
+# docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the EAGLE-3 head keeps
+# its fixed length (the measured best there).
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"policy": "adaptive"}
     for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")

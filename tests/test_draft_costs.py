@@ -419,16 +419,24 @@ def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
     assert "drafting" not in res.extra and res.tokens == plain_tokens[True]
 
 
-def test_model_based_chains_default_to_adaptive_above_batch_one(lm, monkeypatch):
+def test_model_based_chains_default_policies(lm, monkeypatch):
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.9, 3: 2.4}))
-    assert methods.build("medusa", lm, {"head": "random"}).policy.name == "fixed"
-    for batch in (1, 4):  # not trained for the target: adaptive at every batch size
-        m = methods.build("early_exit", lm, {"exit_layer": "1"}, batch=batch)
-        assert m.policy.name == "adaptive" and m.policy.max_k == 3
-        assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
-        assert m.policy.idle_decay == methods.UNTRAINED_IDLE_DECAY == 0.995
-    m = methods.build("medusa", lm, {"head": "random"}, batch=4)
+    # the EAGLE head keeps fixed k = 3 at batch 1 and is adaptive above
+    assert methods.build("eagle", lm, {"head": "random"}).policy.name == "fixed"
+    m = methods.build("eagle", lm, {"head": "random"}, batch=4)
     assert m.policy.name == "adaptive" and m.policy.idle_decay is None
+    # not trained for the target, and the Medusa / Hydra heads: adaptive with the idle decay
+    # at every batch size
+    for name, args in (("early_exit", {"exit_layer": "1"}), ("medusa", {"head": "random"}),
+                       ("hydra", {"head": "random"})):
+        for batch in (1, 4):
+            m = methods.build(name, lm, args, batch=batch)
+            assert m.policy.name == "adaptive" and m.policy.max_k == 3, (name, batch)
+            assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
+            assert m.policy.idle_decay == methods.UNTRAINED_IDLE_DECAY == 0.995
+    # pinned: fixed
+    assert methods.build("hydra", lm, {"head": "random", "policy": "fixed"}).policy.name == \
+        "fixed"
     # pinned, or a tree (which keeps its own shape): fixed
     assert methods.build("early_exit", lm, {"exit_layer": "1", "policy": "fixed"},
                          batch=4).policy.name == "fixed"

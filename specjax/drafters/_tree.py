@@ -5,6 +5,7 @@ uses instead of ``lax.cond``."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import jax
@@ -78,6 +79,22 @@ def run_if(pred, fn: Callable, default, cache):
     _, out, cache = jax.lax.while_loop(lambda c: c[0], body,
                                        (jnp.asarray(pred, bool), default, cache))
     return out, cache
+
+
+def append_pending(state, live, value, flush: Callable, buf: str = "pend",
+                   count: str = "pend_n"):
+    """An idle step's bookkeeping for a head that defers its prefix pass (EAGLE, Hydra++):
+    ``value`` ([B, h], the committed token's feature) joins each live row's pending buffer
+    ``state.<buf>`` ([B, P, h], ``state.<count>`` filled). If a live row's buffer is already
+    full, ``flush(state)`` (which must empty it) runs first, once for the whole batch."""
+    pend, n = getattr(state, buf), getattr(state, count)
+    B, P = pend.shape[:2]
+    _, state = run_if(jnp.any(live & (n >= P)), lambda st: ((), flush(st)), (), state)
+    pend, n = getattr(state, buf), getattr(state, count)
+    slot = jnp.where(live, n, P)  # out of range: dropped
+    return dataclasses.replace(state, **{
+        buf: pend.at[jnp.arange(B), slot].set(value.astype(pend.dtype), mode="drop"),
+        count: n + live})
 
 
 def draft_tree_or_nothing(draft_fn: Callable, cache: KVCache, spec: TreeSpec, kmax, greedy,

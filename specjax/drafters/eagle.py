@@ -27,7 +27,7 @@ from flax import nnx
 
 from specjax.cache import KVCache
 from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
-from specjax.drafters._tree import draft_tree_or_nothing, run_if, tree_draft
+from specjax.drafters._tree import append_pending, draft_tree_or_nothing, tree_draft
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field, tree_option
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec, Features
@@ -199,21 +199,16 @@ class EagleDrafter:
         pending pairs stay exactly what ``update`` would have made of them."""
         head = self._head(params)
         g = head.fuse(self._raw(features))[:, 0]  # [B, h]: the committed (root) token
-        B, D1 = state.pend_feat.shape[:2]
         live = ctx.live
 
-        def flush(st: EagleState):
+        def flush(st: EagleState) -> EagleState:
             _, cache = _catch_up(head, st, ctx, target.embed[...])
-            return (), EagleState(
+            return EagleState(
                 cache=cache, pend_feat=st.pend_feat,
                 pend_n=jnp.where(live, 0, st.pend_n),
                 pend_start=jnp.where(live, st.pend_start + st.pend_n, st.pend_start))
 
-        _, state = run_if(jnp.any(live & (state.pend_n >= D1)), flush, (), state)
-        slot = jnp.where(live, state.pend_n, D1)  # out of range: dropped
-        return dataclasses.replace(
-            state, pend_feat=state.pend_feat.at[jnp.arange(B), slot].set(g, mode="drop"),
-            pend_n=state.pend_n + live)
+        return append_pending(state, live, g, flush, buf="pend_feat")
 
     def update(self, params, state: EagleState, ctx, n_acc, tree, path, features):
         head = self._head(params)

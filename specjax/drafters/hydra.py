@@ -25,7 +25,7 @@ from flax import nnx
 
 from specjax.cache import KVCache
 from specjax.drafters._chain import keep_q, pick_with_stop, stop_carry0
-from specjax.drafters._tree import draft_tree_or_nothing, run_if, tree_draft
+from specjax.drafters._tree import append_pending, draft_tree_or_nothing, run_if, tree_draft
 from specjax.drafters.base import (DRAFTERS, StepContext, check_k, skip_as_update,
                                    tree_field, tree_option)
 from specjax.errors import DrafterError
@@ -183,14 +183,8 @@ class HydraDrafter:
         if heads.prefix is None:
             return skip_as_update(self, params, target, state, ctx, features)
         live = ctx.live
-        B, P = state.pend.shape[:2]
-        _, state = run_if(jnp.any(live & (state.pend_n >= P)),
-                          lambda st: ((), self._flush(heads, st, live)), (), state)
-        slot = jnp.where(live, state.pend_n, P)  # out of range: dropped
-        g = features.final_hidden[:, 0].astype(state.pend.dtype)
-        return dataclasses.replace(
-            state, pend=state.pend.at[jnp.arange(B), slot].set(g, mode="drop"),
-            pend_n=state.pend_n + live)
+        return append_pending(state, live, features.final_hidden[:, 0],
+                              lambda st: self._flush(heads, st, live))
 
     def update(self, params, state: HydraState, ctx, n_acc, tree, path, features):
         heads = self._heads(params)
