@@ -19,7 +19,7 @@ draft, when given), so a row that stopped drafting drifts back to the prior and 
 once a first draft is rejected where a one-token draft's step costs 1.4 plain steps, after
 about 8 idle steps with ``decay = 0.9``, after about 35 with ``idle_decay = 0.98``
 (tests/test_policies.py), after about 165 with 0.995 (the default of the drafters that are not
-trained for the target, :data:`specjax.methods.CHAIN_DEFAULTS`).
+trained for the target and of the Medusa and Hydra heads, :data:`specjax.methods.CHAIN_DEFAULTS`).
 
 The built-in curves are data files (``specjax/policies/curves/*.json``, written by ``specjax
 bench --verify-curve``): SmolLM2-135M in float32 and w8a8 on the project's 2-core CPU
