@@ -50,8 +50,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # fixed k = 3 ran at 1.04x with four categories at 0.91-0.94x (26 Spec-Bench prompts x 2,
 # configs/policies_hydra_b1.py); Medusa-1 `adaptive` 1.13x against k = 3's 1.07x (qa 0.96x),
 # configs/policies_step_cost_b1.py. Over the 130 questions
-# (configs/spec_bench_heads_mh_default.py) Hydra++ 1.17x, lowest category 0.98x; Medusa-1 1.10x, summarization 0.96x, where fixed k = 3
-# ran at 0.89x against adaptive's 0.95x in one A/B (docs/benchmarks_notes.md).
+# (configs/spec_bench_heads_mh_default.py) Hydra++ 1.17x, lowest category 0.98x; Medusa-1
+# 1.10x, summarization 0.96x, where fixed k = 3 ran at 0.89x against adaptive's 0.95x in one
+# A/B (docs/benchmarks_notes.md).
 # EAGLE-3 keeps k = 3 at batch 1: `adaptive` matched it within 2% (1.35x against 1.37x) and
 # its weakest category was 1.06x over 130 questions.
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
