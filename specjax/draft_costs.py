@@ -20,7 +20,8 @@ the loops timed in turn within each repeat and each step taken over plain decodi
 the same repeat (median over repeats). The policy's ``step_cost[k]`` is the ratio timed at the
 largest ``k'`` of ``k``'s block (a shorter draft into the same block saves only its draft
 steps, not counted), never decreasing in ``k``, and 1 for ``k = 0``. A few compiles and
-seconds of decoding on first use; cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per
+rounds of decoding on first use (about two and a half minutes per drafter at batch 1 on the
+project's CPU); cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per
 (device, model, batch bucket, drafter and its options), reused after. The mode is the cost
 curve's (``$SPECJAX_COST_CURVE``, or ``draft_cost=`` or ``cost=auto|builtin|refresh``):
 ``builtin`` times no step (the policy then prices drafting at nothing on the verify curve, the
