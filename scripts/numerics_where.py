@@ -72,7 +72,8 @@ def _record(out, slots, n_layers, attn_on):
     rec = []
     for i in range(T):
         s = slots[:, i]
-        q = {name: a[np.arange(B), s].astype(np.float32) for name, a in kv.items()}
+        q = {name: a[np.arange(B), :, s].astype(np.float32)  # cache [B, KVH, S, Dh]
+             for name, a in kv.items()}
         for l, h in enumerate(out.hidden):
             q[f"hidden[{l}]"] = np.asarray(h[:, i]).astype(np.float32)
         q["final_hidden"] = np.asarray(out.final_hidden[:, i]).astype(np.float32)

@@ -63,7 +63,7 @@ WEIGHT_AXES: dict[str, tuple[str, ...]] = {
     "w_down": ("embed", "mlp"),
     "w_down_scale": ("embed",),
 }
-CACHE_AXES = ("batch", "sequence", "kv_heads", None)
+CACHE_AXES = ("batch", "kv_heads", "sequence", None)  # [B, KVH, S, Dh] (specjax.cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +191,7 @@ def shard_weights(tree: Any, cfg, mesh: Mesh, table: ShardingTable = DEFAULT_TAB
 
 def cache_sharding(cfg, mesh: Mesh, table: ShardingTable = DEFAULT_TABLE,
                    batch: int | None = None) -> NamedSharding:
-    """The sharding of every layer's K and V cache ``[B, S, KVH, Dh]``."""
+    """The sharding of every layer's K and V cache ``[B, KVH, S, Dh]``."""
     sizes = dict(mesh.shape)
     counts = _counts(cfg, batch, None)
     return NamedSharding(mesh, PartitionSpec(

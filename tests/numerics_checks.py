@@ -104,7 +104,8 @@ def test_prefill_attention_is_the_same_in_every_prefill():
         T = q.shape[1]
         pad = ((0, 0), (0, S - T), (0, 0), (0, 0))
         mask = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool))[None], (B, T, T))
-        kc, vc = jnp.pad(k, pad), jnp.pad(v, pad)
+        # the cache is [B, KVH, S, Dh]
+        kc, vc = (jnp.swapaxes(jnp.pad(a, pad), 1, 2) for a in (k, v))
         L = jnp.zeros((B,), jnp.int32)
         return (np.asarray(f(q, kc, vc, L, mask, dtype=jnp.float32, prefill=True)),
                 np.asarray(f(q, kc, vc, L, mask, dtype=jnp.float32)))
@@ -165,8 +166,8 @@ def test_deferred_write_reads_the_window_from_the_block(dtype):
     parents = [-1, 0, 0, 1, 2, 2, 5]  # a tree; chains: the lower-triangular mask
     anc = np.asarray(ancestor_mask(jnp.asarray([[p - 1 for p in parents[1:]]]), 7))[0]
     for T, m in ((1, np.ones((1, 1), bool)), (6, np.tril(np.ones((6, 6), bool))), (7, anc)):
-        kc = jnp.asarray(rng.standard_normal((B, S, kvh, hd)), dt)
-        vc = jnp.asarray(rng.standard_normal((B, S, kvh, hd)), dt)
+        kc = jnp.asarray(rng.standard_normal((B, kvh, S, hd)), dt)
+        vc = jnp.asarray(rng.standard_normal((B, kvh, S, hd)), dt)
         kn = jnp.asarray(rng.standard_normal((B, T, kvh, hd)), dt)
         vn = jnp.asarray(rng.standard_normal((B, T, kvh, hd)), dt)
         q = jnp.asarray(rng.standard_normal((B, T, kvh * G, hd)), dt)

@@ -97,8 +97,8 @@ def _check_rows(cache, ref, limits, what):
     for b, n in enumerate(limits):
         for layer in range(len(cache.k)):
             for name in ("k", "v"):
-                got = np.asarray(getattr(cache, name)[layer][b, :n])
-                want = np.asarray(getattr(ref, name)[layer][b, :n])
+                got = np.asarray(getattr(cache, name)[layer][b, :, :n])
+                want = np.asarray(getattr(ref, name)[layer][b, :, :n])
                 np.testing.assert_allclose(got, want, atol=2e-5,
                                            err_msg=f"{what}: row {b}, layer {layer}, {name}")
 

@@ -142,10 +142,10 @@ def test_head_cache_and_pending_features_after_every_step(target, tree, idle, me
                 continue
             n = seq_len[b] - 1
             assert start[b] + npend[b] == n, (b, start[b], npend[b], n)
-            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :start[b]]),
-                                       np.asarray(ref.k[0][b, :start[b]]), atol=2e-5)
-            np.testing.assert_allclose(np.asarray(ds.cache.v[0][b, :start[b]]),
-                                       np.asarray(ref.v[0][b, :start[b]]), atol=2e-5)
+            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :, :start[b]]),
+                                       np.asarray(ref.k[0][b, :, :start[b]]), atol=2e-5)
+            np.testing.assert_allclose(np.asarray(ds.cache.v[0][b, :, :start[b]]),
+                                       np.asarray(ref.v[0][b, :, :start[b]]), atol=2e-5)
             np.testing.assert_allclose(np.asarray(ds.pend_feat[b, :npend[b]]),
                                        np.asarray(g[b, start[b]:n]), atol=2e-5)
             flushed |= bool(prev[b] == 4 and npend[b] == 1)  # a full buffer written

@@ -122,8 +122,8 @@ def test_prefix_cache_and_context_after_every_step(target, tree, idle):
             fed = n_c[b]
             assert fed + npend[b] == n, (b, fed, npend[b], n)
             assert idle or npend[b] == 0
-            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :fed]),
-                                       np.asarray(ref.k[0][b, :fed]), atol=2e-5)
+            np.testing.assert_allclose(np.asarray(ds.cache.k[0][b, :, :fed]),
+                                       np.asarray(ref.k[0][b, :, :fed]), atol=2e-5)
             np.testing.assert_allclose(np.asarray(ds.ctx[b]), np.asarray(c[b, fed - 1]),
                                        atol=2e-5)
             np.testing.assert_allclose(np.asarray(ds.pend[b, :npend[b]]),

@@ -85,7 +85,7 @@ def test_draft_model_catch_up_fills_the_cache_as_a_prefill():
     part = m(seq, pos, m.init_cache(B, S), compute_logits=False, prefix_empty=True).cache
     part = part.with_lengths(have)
     # entries past each row's `have` hold garbage that catch_up must overwrite
-    junk = lambda a: jnp.where(jnp.arange(S)[None, :, None, None] >= have[:, None, None, None],
+    junk = lambda a: jnp.where(jnp.arange(S)[None, None, :, None] >= have[:, None, None, None],
                                7.0, a)
     part = dataclasses.replace(part, k=tuple(map(junk, part.k)), v=tuple(map(junk, part.v)))
     out = jax.jit(lambda c: catch_up(m, c, seq, need))(part)
@@ -93,4 +93,4 @@ def test_draft_model_catch_up_fills_the_cache_as_a_prefill():
     for b in range(B):
         n = int(need[b])
         for a, f in zip(out.k + out.v, full.k + full.v):
-            np.testing.assert_allclose(a[b, :n], f[b, :n], rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(a[b, :, :n], f[b, :, :n], rtol=1e-5, atol=1e-5)

@@ -72,8 +72,8 @@ def test_scratch_past_length_is_never_visible():
     cache = model(toks, jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache).cache
     cache = cache.with_lengths(jnp.array([4, 6]))
     poisoned = cache.__class__(
-        k=tuple(a.at[0, 4:].set(jnp.nan).at[1, 6:].set(jnp.nan) for a in cache.k),
-        v=tuple(a.at[0, 4:].set(jnp.nan).at[1, 6:].set(jnp.nan) for a in cache.v),
+        k=tuple(a.at[0, :, 4:].set(jnp.nan).at[1, :, 6:].set(jnp.nan) for a in cache.k),
+        v=tuple(a.at[0, :, 4:].set(jnp.nan).at[1, :, 6:].set(jnp.nan) for a in cache.v),
         lengths=cache.lengths,
     )
     nxt = jnp.array([[5, 7], [9, 11]], jnp.int32)
@@ -279,14 +279,14 @@ def test_write_block_writes_in_range_and_drops_past_the_end(B, T):
 
     S = 6
     rng = np.random.default_rng(B * 10 + T)
-    buf = rng.normal(size=(B, S, 2, 3)).astype(np.float32)
-    new = rng.normal(size=(B, T, 2, 3)).astype(np.float32)
+    buf = rng.normal(size=(B, 2, S, 3)).astype(np.float32)  # the cache: [B, KVH, S, Dh]
+    new = rng.normal(size=(B, T, 2, 3)).astype(np.float32)  # a block: [B, T, KVH, Dh]
     for offs in ([0] * B, [S - 1] * B, [S] * B, list(rng.integers(0, S + 1, B))):
         want = buf.copy()
         for b, o in enumerate(offs):
             for t in range(T):
                 if o + t < S:
-                    want[b, o + t] = new[b, t]
+                    want[b, :, o + t] = new[b, t]
         got = write_block(jnp.asarray(buf), jnp.asarray(new), jnp.asarray(offs, jnp.int32))
         np.testing.assert_array_equal(np.asarray(got), want)
 

@@ -149,7 +149,7 @@ def test_verify_step_copies_no_cache(numerics, monkeypatch):
              if key[0] == id(engine._run_jit) and key[1].drafter is m.drafter]
     assert len(progs) == 1
     txt = progs[0].as_text()
-    layer = rf"f32\[1,{S},{t.cfg.num_kv_heads},{t.cfg.head_dim}\]"
+    layer = rf"f32\[1,{t.cfg.num_kv_heads},{S},{t.cfg.head_dim}\]"  # [B, KVH, S, Dh]
     assert re.search(layer, txt)  # the pattern does name the cache's buffers
     assert re.findall(layer + r"\{[^}]*\} copy\(", txt) == []
 

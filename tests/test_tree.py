@@ -132,7 +132,7 @@ def test_tree_verify_logits_equal_plain_decoding_of_each_path(target, impl):
     cache = target(jnp.asarray(pt), jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache
                    ).cache.with_lengths(lens)
     # poison the scratch past each row's length: a wrong read shows up as NaN
-    poison = jnp.arange(S)[None, :, None, None] >= lens[:, None, None, None]
+    poison = jnp.arange(S)[None, None, :, None] >= lens[:, None, None, None]  # [B, KVH, S, Dh]
     cache = cache.__class__(k=tuple(jnp.where(poison, jnp.nan, a) for a in cache.k),
                             v=tuple(jnp.where(poison, jnp.nan, a) for a in cache.v),
                             lengths=cache.lengths)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specjax.cache import KVCache, write_block
+from specjax.cache import KVCache, slots_of, write_block
 from specjax.models.llama import split_attention
 
 
@@ -34,9 +34,8 @@ def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, cache: KVCache, *
         k_win, v_win = k, v
     else:
         win = jnp.minimum(cache.lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
-                          kc.shape[1] - 1)[:, :, None, None]
-        k_win = jnp.take_along_axis(kc, win, axis=1)
-        v_win = jnp.take_along_axis(vc, win, axis=1)
+                          cache.max_len - 1)
+        k_win, v_win = slots_of(kc, win), slots_of(vc, win)
     att = split_attention(q.reshape(B, T, kvh, nh // kvh, hd), kc, vc, cache.lengths,
                           k_win, v_win, mask, jnp.float32, prefix_empty)
     return att.reshape(B, T, nh * hd), KVCache(k=(kc,), v=(vc,), lengths=cache.lengths)

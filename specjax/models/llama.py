@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specjax.cache import KVCache, write_block
+from specjax.cache import SEQ_AXIS, KVCache, block_layout, slots_of, write_block
 from specjax.config import ModelConfig, RopeScaling
 
 Array = jax.Array
@@ -301,14 +301,14 @@ class Attention(nnx.Module):
             k_win, v_win = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
         else:  # levels written earlier sit in the scratch window of the cache
             win = jnp.minimum(lengths[:, None] + jnp.arange(W, dtype=jnp.int32)[None],
-                              k_cache.shape[1] - 1)[:, :, None, None]
-            k_win = jnp.take_along_axis(k_cache, win, axis=1)
-            v_win = jnp.take_along_axis(v_cache, win, axis=1)
+                              k_cache.shape[SEQ_AXIS] - 1)
+            k_win, v_win = slots_of(k_cache, win), slots_of(v_cache, win)
         if impl != "dense":  # prefix + scratch window, merged by log-sum-exp (kernel op)
             from specjax.pallas_kernels.tree_attention import tree_attention
 
-            out = tree_attention(q, k_cache, v_cache, lengths, k_win, v_win, mask,
-                                 implementation=impl)
+            # the kernels take positions before heads: a transposing copy of the cache here
+            out = tree_attention(q, block_layout(k_cache), block_layout(v_cache), lengths,
+                                 k_win, v_win, mask, implementation=impl)
         else:
             out = split_attention(q.reshape(B, T, kvh, h // kvh, hd), k_cache, v_cache,
                                   lengths, k_win, v_win, mask, dtype, prefix_empty)
@@ -320,11 +320,12 @@ class Attention(nnx.Module):
 def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
                     prefix_empty: bool = False):
     """Softmax attention over the committed prefix (``cache[:, :lengths]``) and a window of
-    new entries (``k_win, v_win: [B, W, KVH, Dh]`` under ``mask: [B, T, W]``), as one softmax
+    new entries (``k_win, v_win: [B, W, KVH, Dh]`` under ``mask: [B, T, W]``; the cache
+    ``[B, KVH, S, Dh]``), as one softmax
     with a common max. The cache is only read, so a verify forward can leave writing it to
     its caller (no cache copy through ``lax.switch``). Returns ``[B, T, KVH, G, Dh]``."""
     B, T, kvh, g, hd = qg.shape
-    S = k_cache.shape[1]
+    S = k_cache.shape[SEQ_AXIS]
     scale = 1.0 / math.sqrt(hd)
     neg = jnp.float32(-jnp.inf)
     s2 = jnp.einsum("btkgd,bwkd->bkgtw", qg, k_win.astype(dtype),
@@ -333,7 +334,7 @@ def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
     m = jnp.max(s2, axis=-1)
     if not prefix_empty:
         pre = jnp.arange(S, dtype=jnp.int32)[None, :] < lengths[:, None]  # [B, S]
-        s1 = jnp.einsum("btkgd,bskd->bkgts", qg, k_cache.astype(dtype),
+        s1 = jnp.einsum("btkgd,bksd->bkgts", qg, k_cache.astype(dtype),
                         preferred_element_type=jnp.float32) * scale
         s1 = jnp.where(pre[:, None, None, None, :], s1, neg)
         m = jnp.maximum(m, jnp.max(s1, axis=-1))
@@ -346,8 +347,8 @@ def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
     if not prefix_empty:
         p1 = jnp.exp(s1 - m)
         l = l + jnp.sum(p1, axis=-1)
-        v1 = jnp.where(pre[:, :, None, None], v_cache.astype(dtype), 0)
-        out = out + jnp.einsum("bkgts,bskd->btkgd", p1.astype(dtype), v1,
+        v1 = jnp.where(pre[:, None, :, None], v_cache.astype(dtype), 0)
+        out = out + jnp.einsum("bkgts,bksd->btkgd", p1.astype(dtype), v1,
                                preferred_element_type=dtype)
     l = jnp.where(l == 0.0, 1.0, l)  # [B, KVH, G, T]
     return out / jnp.transpose(l, (0, 3, 1, 2))[..., None].astype(dtype)

@@ -62,6 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax import atomic
+from specjax.cache import slots_of
 
 NUMERICS = ("fast", "exact")
 
@@ -139,12 +140,24 @@ def _linear_program(x, w, product, extra, out_dtype):
 
 @functools.partial(jax.jit, static_argnums=2)
 def _score_program(q, k, out_dtype):
-    return jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=out_dtype)
+    return jnp.einsum("btkgd,bksd->bkgts", q, k, preferred_element_type=out_dtype)
+
+
+def value_product(p, v, out_dtype):
+    """``p [B, KVH, G, T, S]`` times the cache's values ``v [B, KVH, S, Dh]``:
+    ``[B, T, KVH, G, Dh]``. The values are transposed to ``[B, KVH, Dh, S]`` first, behind an
+    optimisation barrier so that XLA cannot fold the transpose into the product: read as
+    they lie (the positions, which the product sums over, before the head dimension),
+    XLA:CPU's kernel summed a batch of two rows in another order than one row alone
+    (2026-12-03); over the transposed copy, the form XLA itself chose when the cache was
+    ``[B, S, KVH, Dh]``, every row comes out alike."""
+    vt = jax.lax.optimization_barrier(jnp.swapaxes(v, 2, 3))
+    return jnp.einsum("bkgts,bkds->btkgd", p, vt, preferred_element_type=out_dtype)
 
 
 @functools.partial(jax.jit, static_argnums=2)
 def _value_program(p, v, out_dtype):
-    return jnp.einsum("bkgts,bskd->btkgd", p, v, preferred_element_type=out_dtype)
+    return value_product(p, v, out_dtype)
 
 
 # The probes' programs are module-level jits: the two-row reference program of a shape
@@ -170,7 +183,7 @@ def _probe_attention(t: int, shape, dtype, out_dtype, product=None) -> bool:
     g, hd, s = shape  # query heads per key/value head, head dimension, cache length
     rng = np.random.default_rng(t)
     q = jnp.asarray(rng.standard_normal((1, t, 1, g, hd)), dtype)
-    k = jnp.asarray(rng.standard_normal((1, s, 1, hd)), dtype)
+    k = jnp.asarray(rng.standard_normal((1, 1, s, hd)), dtype)  # the cache: heads first
     p = jnp.asarray(rng.random((1, 1, g, t, s)), dtype)
     f32 = jnp.dtype(jnp.float32)
     s_all = np.asarray(_score_program(q, k, f32))
@@ -302,7 +315,10 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     if kind == "attention" and m * shape[0] < 2:
         return False
     pname = "none" if product is None else f"{product.__module__}.{product.__qualname__}"
-    entry = f"{kind}|{m}|{','.join(map(str, shape))}|{dtype_name}|{pname}"
+    # the attention products read the cache heads first since 2026-12-03: answers stored for
+    # the earlier layout's programs are not theirs
+    tag = "attention-kvh-first" if kind == "attention" else kind
+    entry = f"{tag}|{m}|{','.join(map(str, shape))}|{dtype_name}|{pname}"
     got = _stored_answer(entry)
     if got is not None:
         return got
@@ -355,7 +371,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
 
     Args:
       q: ``[B, T, H, Dh]`` queries (rotary applied).
-      k_all, v_all: ``[B, S, KVH, Dh]``: the cache *with the new block written* at
+      k_all, v_all: ``[B, KVH, S, Dh]``: the cache *with the new block written* at
         ``lengths + [0, W)``.
       lengths: ``int32[B]`` committed prefix lengths (always visible).
       mask: ``bool[B, T, W]`` visibility of the window slots ``lengths + [0, W)``; visible
@@ -384,7 +400,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
       ``[B, T, H, Dh]`` in ``dtype``.
     """
     B, T, H, hd = q.shape
-    S, kvh = k_all.shape[1], k_all.shape[2]
+    kvh, S = k_all.shape[1], k_all.shape[2]
     G = H // kvh
     R = int(tail)
     scale = 1.0 / math.sqrt(hd)
@@ -413,9 +429,9 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     tail_ok = r >= 0
     if k_new is None:
         slot = jnp.clip(jnp.where(wr < 0, r, L[:, None, None] + w_of), 0, S - 1)
-        flat = slot.reshape(B, T * R)[:, :, None, None]
-        k_t = jnp.take_along_axis(k_all, flat, axis=1).reshape(B, T, R, kvh, hd)
-        v_t = jnp.take_along_axis(v_all, flat, axis=1).reshape(B, T, R, kvh, hd)
+        flat = slot.reshape(B, T * R)
+        k_t = slots_of(k_all, flat).reshape(B, T, R, kvh, hd)
+        v_t = slots_of(v_all, flat).reshape(B, T, R, kvh, hd)
     else:  # committed ranks from the cache, window ranks from the block
         if mask.shape[2] != T or T > R or k_new.shape[:2] != (B, T):
             raise ValueError(
@@ -423,12 +439,13 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
                 f"tail = {R} slots; got a window of {mask.shape[2]} for a block of "
                 f"{k_new.shape[1]} (mask for {T} queries)")
         in_w = (wr >= 0)[..., None, None]
-        flat_c = jnp.clip(r, 0, S - 1).reshape(B, T * R)[:, :, None, None]
+        flat_c = jnp.clip(r, 0, S - 1).reshape(B, T * R)
         flat_w = w_of.reshape(B, T * R)[:, :, None, None]
 
-        def tail_of(cache_buf, block):
-            got = [jnp.take_along_axis(a, i, axis=1).reshape(B, T, R, kvh, hd)
-                   for a, i in ((block.astype(cache_buf.dtype), flat_w), (cache_buf, flat_c))]
+        def tail_of(cache_buf, block):  # block [B, T, KVH, Dh], cache_buf [B, KVH, S, Dh]
+            from_block = jnp.take_along_axis(block.astype(cache_buf.dtype), flat_w, axis=1)
+            got = [a.reshape(B, T, R, kvh, hd)
+                   for a in (from_block, slots_of(cache_buf, flat_c))]
             return jnp.where(in_w, *got)
 
         k_t, v_t = tail_of(k_all, k_new), tail_of(v_all, v_new)
@@ -469,32 +486,31 @@ def _normalise(out, l, dtype):
 
 def _product_attention(q, k_all, v_all, pre, m_t, dtype):
     """The product part of :func:`exact_attention`: the scores of ``q [B, T, H, Dh]`` against
-    the whole cache row ``k_all [B, S, KVH, Dh]`` where ``pre [B, T, S]``, their max with
+    the whole cache row ``k_all [B, KVH, S, Dh]`` where ``pre [B, T, S]``, their max with
     ``m_t [B, T, KVH, G]`` (the other part's max), the exponentials, their sums over the row
     (:func:`cache_axis_sum`) and the value product, with the query rows padded to the
     reference class (:func:`row_plan`). Returns ``(out [B, T, KVH, G, Dh], l [B, KVH, G, T],
     m [B, KVH, G, T])``: unnormalised outputs, denominators and maxima, float32."""
     B, T, H, hd = q.shape
-    S, kvh = k_all.shape[1], k_all.shape[2]
+    kvh, S = k_all.shape[1], k_all.shape[2]
     G = H // kvh
     scale = 1.0 / math.sqrt(hd)
     neg = jnp.float32(-jnp.inf)
     r_tok, n_chunks = row_plan(T, "attention", (G, hd, S), dtype)
     Tp = r_tok * n_chunks
     # slots no query reads may hold scratch (possibly non-finite): 0 * NaN would leak
-    v1 = jnp.where(jnp.any(pre, axis=1)[:, :, None, None], v_all.astype(dtype), 0)
+    v1 = jnp.where(jnp.any(pre, axis=1)[:, None, :, None], v_all.astype(dtype), 0)
     k1 = k_all.astype(dtype)
 
     def product_part(args):
         """Scores, max, exp, sums and the value product of ``r_tok`` queries."""
         qc, prec, mtc = args  # [B, r, KVH, G, Dh], [B, r, S], [B, r, KVH, G]
-        s1 = jnp.einsum("btkgd,bskd->bkgts", qc, k1, preferred_element_type=jnp.float32)
+        s1 = jnp.einsum("btkgd,bksd->bkgts", qc, k1, preferred_element_type=jnp.float32)
         s1 = jnp.where(prec[:, None, None], s1 * scale, neg)  # [B, KVH, G, r, S]
         mc = jnp.maximum(jnp.max(s1, axis=-1), jnp.transpose(mtc, (0, 2, 3, 1)))
         mc = jnp.where(jnp.isneginf(mc), 0.0, mc)  # a query that sees nothing: zeros
         p1 = jnp.exp(s1 - mc[..., None])
-        oc = jnp.einsum("bkgts,bskd->btkgd", p1.astype(dtype), v1,
-                        preferred_element_type=jnp.float32)
+        oc = value_product(p1.astype(dtype), v1, jnp.float32)
         return oc, cache_axis_sum(p1, -1), mc  # [B,r,KVH,G,Dh], [B,KVH,G,r], [B,KVH,G,r]
 
     parts = (pad_rows(q.reshape(B, T, kvh, G, hd), Tp, axis=1), pad_rows(pre, Tp, axis=1),
