@@ -1,11 +1,11 @@
 """The KV cache: an explicit pytree passed into and returned from every forward.
 
 Layout: one key and one value array per layer, each ``[B, KVH, S, Dh]`` where ``S`` is the
-static maximum length: heads before positions, so that both attention products read a head's
-keys and values as they lie (with positions before heads XLA:CPU copied and transposed every
-layer's cache in every forward: 19 against 6.7 ms for SmolLM2's 30 layers of products at 1,152
-positions, 2026-12-03). A block of new entries (what a forward computes, writes and returns)
-stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of committed entries of row ``b``;
+static maximum length: heads before positions, so that the attention's score product reads a
+head's keys as they lie (with positions before heads XLA:CPU copied every layer's keys in
+every forward; the exact value product still reads a transposed copy of the values, see
+``specjax.models.numerics.value_product``). A block of new entries (what a forward computes,
+writes and returns) stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of committed entries of row ``b``;
 entries at ``lengths[b]`` and beyond are scratch: a forward writes its new tokens there, and
 the caller decides how many of them to commit (plain decoding commits all, speculative
 decoding commits the accepted prefix/path). Rejected entries are never deleted: they sit
@@ -97,8 +97,8 @@ class KVCache:
         dst = jnp.where(keep, dst, self.max_len)  # out-of-range: dropped
         rows = jnp.arange(B)[:, None]
 
-        def move(a):  # [B, KVH, S, Dh]; the advanced indices (rows, slots) lead the result
-            vals = a[rows, :, jnp.clip(src, 0, self.max_len - 1)]  # [B, P, KVH, Dh]
+        def move(a):
+            vals = slots_of(a, jnp.clip(src, 0, self.max_len - 1))  # [B, P, KVH, Dh]
             return a.at[rows, :, dst].set(vals, mode="drop")
 
         return KVCache(
