@@ -17,14 +17,32 @@ cache it had in the benchmark. ``--cache-len 0`` gives each prompt its own cache
     python scripts/ab_methods.py --ids 131,152,482,161,81 --repeats 2 \\
         --methods prompt_lookup ngram:learn=false "ngram:learn=false,sources=suffix;prompt_lookup"
 
-A method is ``name[:key=value,key=value]``; ``;`` inside a value stands for a comma.
+A method is ``name[:key=value,key=value][@noidle]``; ``;`` inside a value stands for a comma.
+``@noidle`` runs it without idle steps (``DecodeLoop.idle_skip=False``: a step where nothing
+is drafted verifies the pending token alone), to time what the idle steps save.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
+import dataclasses
 import statistics
+
+
+@contextlib.contextmanager
+def idle_steps(on: bool):
+    """Decoding loops built inside run with ``idle_skip=on``."""
+    from specjax import engine
+
+    real = engine.make_loop
+    if not on:
+        engine.make_loop = lambda *x, **kw: dataclasses.replace(real(*x, **kw), idle_skip=False)
+    try:
+        yield
+    finally:
+        engine.make_loop = real
 
 
 def main() -> None:
@@ -57,7 +75,7 @@ def main() -> None:
     prompts = {i: lm.tokenizer.encode_chat(byid[i]["prompt"]) for i in ids}
     built = {"ar": (None, None, None)}
     for spec in a.methods:
-        name, _, rest = spec.partition(":")
+        name, _, rest = spec.removesuffix("@noidle").partition(":")
         args = {k: v.replace(";", ",") for k, v in
                 (kv.split("=", 1) for kv in rest.split(",") if kv)}
         built[spec] = methods.build(name, lm, args)
@@ -99,9 +117,10 @@ def main() -> None:
                 d, p, v = built[spec]
                 if (spec, i) in warm:
                     d.restore(warm[spec, i])
-                r = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
-                             eos_ids=eos, cache_len=a.cache_len or None, drafter=d, policy=p,
-                             verifier=v)
+                with idle_steps(not spec.endswith("@noidle")):
+                    r = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
+                                 eos_ids=eos, cache_len=a.cache_len or None, drafter=d,
+                                 policy=p, verifier=v)
                 if spec == "ar":
                     ref[i] = r.tokens[0]
                 elif i in ref and r.tokens[0] != ref[i]:

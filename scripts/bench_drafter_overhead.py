@@ -95,7 +95,13 @@ def main() -> None:
                               top_k=jnp.int32(0), top_p=jnp.float32(1))
             k = jnp.full((B,), d.max_k, jnp.int32)
             greedy = a.temperature <= 0
-            prop = jax.jit(lambda p, s, c, kk: d.propose(p, lm.model, s, c, kk, greedy)[:2])
+            def draft(p, s, c, kk):
+                if callable(getattr(d, "plan", None)):  # the loop's order: plan, then propose
+                    bound, s = d.plan(p, lm.model, s, c, kk, greedy)
+                    kk = jnp.minimum(kk, bound)
+                return d.propose(p, lm.model, s, c, kk, greedy)[:2]
+
+            prop = jax.jit(draft)
             tree, _ = prop(params, state, ctx, k)
             propose_ms = timed(prop, params, state, ctx, k)
             D = spec.depth

@@ -35,8 +35,9 @@ from specjax.verifiers import SamplingArrays
 class GenerationResult:
     """What :func:`generate` returns for a list of prompts (one entry per prompt).
 
-    ``extra`` holds, for speculative runs, per-prompt ``drafted`` / ``accepted`` counts and
-    their per-position lists, and for every run ``method`` (the drafter, policy and verifier
+    ``extra`` holds, for speculative runs, per-prompt ``drafted`` / ``accepted`` counts,
+    their per-position lists and ``idle_steps`` (steps in which no row of the batch drafted,
+    run as plain forwards), and for every run ``method`` (the drafter, policy and verifier
     names) and ``exact`` (False only when a lossy acceptance rule ran: its tokens are not
     plain decoding's).
     """
@@ -287,7 +288,8 @@ def generate(
         res.extra.update(describe_loop(loop))
         res.extra.update({"exact": True, "drafting": f"off: {off}", "drafted": [0] * n,
                           "accepted": [0] * n, "drafted_at": [[0] * K for _ in range(n)],
-                          "accepted_at": [[0] * K for _ in range(n)]})
+                          "accepted_at": [[0] * K for _ in range(n)],
+                          "idle_steps": [0] * n})
         if getattr(drafter, "observe", None) is not None:  # it learns from outputs all the same
             drafter.observe(prompts, res.tokens)
         return res
@@ -310,7 +312,8 @@ def generate(
     res.extra = describe_loop(loop)
     res.extra["numerics"] = getattr(model, "numerics", "fast")
     if spec:
-        res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": []})
+        res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": [],
+                          "idle_steps": []})
     observe = getattr(drafter, "observe", None)  # a drafter that learns from outputs
     carry_over = getattr(drafter, "carry_over", None)  # one that keeps its loop state
     # per-row counters of the drafter's and the policy's own (suffix hits, pearl's rounds)
@@ -361,6 +364,7 @@ def generate(
                 res.extra["accepted"].append(int(mt.accepted[i]))
                 res.extra["drafted_at"].append(np.asarray(mt.drafted_at[i]).tolist())
                 res.extra["accepted_at"].append(np.asarray(mt.accepted_at[i]).tolist())
+                res.extra["idle_steps"].append(int(mt.idle[i]))
         for fn, field in stats:
             for name, vals in to_host(fn(getattr(state, field))).items():
                 res.extra.setdefault(name, []).extend(int(v) for v in vals[:n_real])

@@ -61,7 +61,8 @@ class Metrics:
     forwards: target forwards (prefill included); drafted / accepted: drafted tokens and
     accepted drafted tokens that were emitted (an EOS inside an accepted run truncates it);
     drafted_at / accepted_at ``[B, K]``: the same by draft position (``K = 0`` for plain
-    decoding). Every forward emits one token plus its accepted drafts, except a final step cut
+    decoding); idle: the row's idle steps (no row drafted: a plain forward and the drafter's
+    ``skip``). Every forward emits one token plus its accepted drafts, except a final step cut
     at EOS, which emits no correction token: ``new_tokens`` is ``forwards + accepted`` or one
     less.
     """
@@ -71,6 +72,7 @@ class Metrics:
     accepted: jax.Array
     drafted_at: jax.Array
     accepted_at: jax.Array
+    idle: jax.Array
 
 
 @jax.tree_util.register_dataclass
@@ -132,12 +134,13 @@ class DecodeLoop:
       eos_ids: token ids that end a row (kept in the output).
       cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
         sharding table's ``(batch, sequence, kv_heads, -)``); None on one device.
-      idle_skip: in a step where the policy gives every row ``k = 0``, a drafter with a
-        ``skip`` method is neither asked to propose nor updated: the step costs a plain
-        decoding step plus ``skip`` (the drafter records the committed token, catching up
-        later). False runs ``propose`` and ``update`` in every step (same outputs; for A/B
+      idle_skip: in a step where every row has ``k = 0`` (the policy's, or the bound of the
+        drafter's ``plan`` where it found nothing to draft), a drafter with a ``skip``
+        method is neither asked to propose nor updated: the step costs a plain decoding
+        step plus ``skip`` (the drafter records the committed token, catching up later).
+        False runs ``propose`` and ``update`` in every step (same outputs; for A/B
         measurements and tests). A policy with ``backs_off = False`` (``fixed``) gets no
-        idle steps compiled (compile time).
+        idle steps compiled (compile time) unless the drafter has a ``plan``.
       verify_buckets: ``"all"``: the verify forward is compiled for each block size of
         :func:`specjax.buckets.verify_buckets` and a step runs the smallest that holds its
         longest draft; ``"max"``: one block of every node (one target forward compiled instead
@@ -216,7 +219,7 @@ class DecodeLoop:
         z = jnp.zeros((B,), jnp.int32)
         metrics = Metrics(forwards=n_out, drafted=z, accepted=z,
                           drafted_at=jnp.zeros((B, K), jnp.int32),
-                          accepted_at=jnp.zeros((B, K), jnp.int32))
+                          accepted_at=jnp.zeros((B, K), jnp.int32), idle=z)
         dstate, pstate = (), ()
         if self.speculative:
             dstate = self.drafter.init(draft_params, target, tokens, lengths, cache_len,
@@ -287,19 +290,25 @@ class DecodeLoop:
         k = self.policy.decide(s.policy_state, ctx)
         k = jnp.minimum(jnp.minimum(k, s.cache.max_len - n - 1), s.max_new - n_out - 1)
         k = jnp.where(ctx.live, jnp.clip(k, 0, self.K), 0).astype(jnp.int32)
+        pk = k  # what the policy asked for: its update learns from that
+        plan = getattr(self.drafter, "plan", None)
+        if callable(plan):  # the drafter looks first and may draft less (nothing found)
+            bound, dstate = plan(dparams, target, s.draft_state, ctx, k, self.greedy)
+            k = jnp.where(ctx.live, jnp.clip(bound, 0, k), 0).astype(jnp.int32)
+            s = dataclasses.replace(s, draft_state=dstate)
         if not (self.idle_skip and callable(getattr(self.drafter, "skip", None))
-                and getattr(self.policy, "backs_off", True)):
-            return self._draft_verify(target, dparams, sampling, s, k)
+                and (getattr(self.policy, "backs_off", True) or callable(plan))):
+            return self._draft_verify(target, dparams, sampling, s, k, pk)
         # zero-or-one-trip loops rather than lax.cond: the state (the target cache among it)
         # is carried in place, where a conditional would copy it in and out of the branch
         drafting = jnp.any(k > 0)
         _, s = run_if(drafting, lambda st: (
-            (), self._draft_verify(target, dparams, sampling, st, k)), (), s)
+            (), self._draft_verify(target, dparams, sampling, st, k, pk)), (), s)
         _, s = run_if(~drafting, lambda st: (
-            (), self._idle_step(target, dparams, sampling, st, k)), (), s)
+            (), self._idle_step(target, dparams, sampling, st, k, pk)), (), s)
         return s
 
-    def _idle_step(self, target, dparams, sampling, s: LoopState, k) -> LoopState:
+    def _idle_step(self, target, dparams, sampling, s: LoopState, k, pk) -> LoopState:
         """A step in which no row drafts: one plain forward of the pending tokens (with the
         features the drafter reads), the verifier's correction token at the root (the same
         rule and key as a draft-and-verify step with nothing drafted, so sampled rows draw
@@ -330,17 +339,20 @@ class DecodeLoop:
         after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
         dstate = drafter.skip(dparams, target, s.draft_state, after, from_output(fs, o))
         if "kld" in getattr(policy, "signals", ()):
-            pstate = policy.update(s.policy_state, k, zero, zero,
+            pstate = policy.update(s.policy_state, pk, zero, zero,
                                    kld=jnp.zeros((B, N), jnp.float32))
         else:
-            pstate = policy.update(s.policy_state, k, zero, zero)
+            pstate = policy.update(s.policy_state, pk, zero, zero)
         mt = s.metrics
         return dataclasses.replace(
             s, cache=cache, draft_state=dstate, policy_state=pstate, seq=seq, seq_len=seq_len,
             done=done, step=s.step + 1,
-            metrics=dataclasses.replace(mt, forwards=mt.forwards + live))
+            metrics=dataclasses.replace(mt, forwards=mt.forwards + live,
+                                        idle=mt.idle + live))
 
-    def _draft_verify(self, target, dparams, sampling, s: LoopState, k) -> LoopState:
+    def _draft_verify(self, target, dparams, sampling, s: LoopState, k, pk) -> LoopState:
+        """Drafts up to ``k[b]`` tokens per row and verifies them; the policy learns with the
+        ``pk`` it asked for (``k`` is lower where the drafter's ``plan`` found less)."""
         drafter, policy, verifier = self.drafter, self.policy, self.verifier
         greedy, K, fs = self.greedy, self.K, self.features
         S = s.cache.max_len
@@ -425,9 +437,9 @@ class DecodeLoop:
         path_feats = take_tokens(feats, block_path) if not fs.empty else Features()
         dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats)
         if want_kld:  # KL(target || draft) of each drafted position, for the policy
-            pstate = policy.update(s.policy_state, k, n_draft, n_acc, kld=kld)
+            pstate = policy.update(s.policy_state, pk, n_draft, n_acc, kld=kld)
         else:
-            pstate = policy.update(s.policy_state, k, n_draft, n_acc)
+            pstate = policy.update(s.policy_state, pk, n_draft, n_acc)
         acc_out = jnp.minimum(n_acc, m)  # accepted drafts that were emitted (EOS truncates)
         mt = s.metrics
         metrics = Metrics(
@@ -436,6 +448,7 @@ class DecodeLoop:
             accepted=mt.accepted + acc_out,
             drafted_at=mt.drafted_at + (path_ids[None, :K] < n_draft[:, None]),
             accepted_at=mt.accepted_at + (path_ids[None, :K] < acc_out[:, None]),
+            idle=mt.idle,
         )
         return LoopState(cache=cache, draft_state=dstate, policy_state=pstate, seq=seq,
                          seq_len=seq_len, prompt_len=s.prompt_len, max_new=s.max_new,

@@ -94,3 +94,32 @@ def test_draft_model_catch_up_fills_the_cache_as_a_prefill():
         n = int(need[b])
         for a, f in zip(out.k + out.v, full.k + full.v):
             np.testing.assert_allclose(a[b, :, :n], f[b, :, :n], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name, kw", [
+    pytest.param("prompt_lookup", dict(k=3, policy="fixed"), id="prompt_lookup-fixed"),
+    pytest.param("ngram", dict(k=3, sources="prompt_lookup,token_recycling",
+                               cost="1,1.2,1.4,1.6"), id="ngram")])
+def test_drafter_plan_turns_steps_without_a_draft_into_idle_steps(
+        target, prompts, plain, monkeypatch, name, kw):
+    """A drafter with ``plan`` looks before the step: where no row finds a draft, the step is
+    an idle step even under ``fixed`` (which never gives k = 0 itself). Same outputs, drafts
+    and forwards as the loop that verifies the pending token alone; idle steps counted."""
+    from specjax import methods
+
+    args = {key: str(v) for key, v in kw.items()}
+    m = methods.build(name, target, args)
+    assert callable(getattr(m.drafter, "plan", None))
+    run = dict(max_new_tokens=24, drafter=m.drafter, policy=m.policy, batch_size=1)
+    # batch 1: every step without a match is idle; with several rows all must miss
+    on = generate(target, prompts, **run)
+    make_loop = engine.make_loop
+    monkeypatch.setattr(engine, "make_loop", lambda *a, **k: dataclasses.replace(
+        make_loop(*a, **k), idle_skip=False))
+    off = generate(target, prompts, **run)
+    assert on.tokens == plain and off.tokens == plain
+    assert on.extra["drafted"] == off.extra["drafted"]
+    assert on.extra["accepted_at"] == off.extra["accepted_at"]
+    assert on.target_forwards == off.target_forwards
+    assert sum(on.extra["accepted"]) > 0
+    assert sum(on.extra["idle_steps"]) > 0 and sum(off.extra["idle_steps"]) == 0

@@ -27,6 +27,14 @@ as for ``update`` with nothing accepted: index 0 is that token's). The EAGLE dra
 its head pass to the next proposal this way; a drafter without ``skip`` is proposed and
 updated every step, drafting nothing.
 
+An optional ``plan(params, target, state, ctx, k, greedy) -> (bound, state)`` lets a drafter look
+before the step: the loop calls it after the policy's decision, and drafts at most
+``min(k, bound)`` tokens per row; a step where that is 0 for every row is an idle step
+(``skip``), not a verify pass of the pending token alone. Model-free drafters whose lookup
+finds nothing on many steps (prompt lookup, ``ngram``) have one: their ``plan`` does the
+lookup and keeps its result in the state, and ``propose``, which the loop only calls after
+``plan`` in the same step, drafts it. The policy still learns from the ``k`` it asked for.
+
 ``propose`` may write scratch entries into the target cache past its committed length
 (self-speculative drafters draft through the target's own layers); it returns that cache so
 the verify pass, which overwrites the scratch, does not force a copy.

@@ -2,8 +2,10 @@
 
 For n from ``max_ngram`` down to ``min_ngram``, the last n tokens of a row (ending with the
 pending token) are searched for earlier in the same row; the most recent match wins and the
-up to ``k`` tokens that followed it are proposed. No match: nothing is drafted, and the engine
-verifies a one-token block (a plain decoding step) instead of a padded one.
+up to ``k`` tokens that followed it are proposed. The lookup runs in the drafter's ``plan``,
+before the step (:mod:`specjax.drafters.base`): a step in which no row finds a match is an idle
+step, a plain decoding forward, not a verify pass of the pending token alone (on the 2-core
+CPU, 1.01 against 1.07 plain steps on a 900-token context).
 """
 
 from __future__ import annotations
@@ -96,17 +98,25 @@ class PromptLookupDrafter:
         return None
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
-        return ()
+        B = prompt_tokens.shape[0]
+        return {"tokens": jnp.zeros((B, self.max_k), jnp.int32),
+                "avail": jnp.zeros((B,), jnp.int32)}
 
-    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
-        # no draft distribution: the mid-draft stop hook does not apply
+    def plan(self, params, target, state, ctx: StepContext, k, greedy):
+        """The lookup, before the step: ``(tokens available [B], state with the chains)``."""
         tokens, avail = ngram_lookup(ctx.seq, ctx.seq_len, self.max_k, self.max_ngram,
                                      self.min_ngram)
-        return DraftTree.chain(tokens, jnp.minimum(k, avail)), state, ctx.target_cache
+        avail = jnp.where(ctx.live, avail, 0)
+        return avail, {"tokens": tokens, "avail": avail}
+
+    def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
+        # the chains ``plan`` found this step; no draft distribution: no stop hook
+        return (DraftTree.chain(state["tokens"], jnp.minimum(k, state["avail"])), state,
+                ctx.target_cache)
 
     def skip(self, params, target, state, ctx, features):
-        """A step that drafted nothing (``DecodeLoop.idle_skip``): no lookup, nothing to
-        record (the lookup reads the sequence itself)."""
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): nothing to record (the
+        lookup reads the sequence itself)."""
         return state
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
