@@ -166,11 +166,12 @@ def test_bench_inputs(tmp_path, prompts_file):
     assert main(["bench", "--methods", "ar,telepathy", "--prompts", str(prompts_file)]) == 2
 
 
-def test_bench_refuses_repeats_of_drafters_that_learn(tmp_path, tiny_gguf, prompts_file,
-                                                      capsys):
+def test_bench_refuses_sweeps_of_drafters_that_learn(tmp_path, tiny_gguf, prompts_file,
+                                                     capsys):
     """A drafter that keeps what it saw across calls (suffix cache, datastore, STAND tables
-    kept) would draft a repeat from its own earlier answer: the bench refuses the run and
-    says what to change; learn=false / memory=call say it does not learn."""
+    kept) would draft a prompt decoded again from its own earlier answer: the bench refuses
+    a batch-size sweep with it and says what to change (its repeats run from snapshots:
+    the next test); learn=false / memory=call say it does not learn."""
     from specjax import methods
     from specjax.drafters.base import learns_across_calls
     from specjax.models.loaders import load
@@ -185,15 +186,50 @@ def test_bench_refuses_repeats_of_drafters_that_learn(tmp_path, tiny_gguf, promp
                              ("stand", {"memory": "keep"}, True), ("stand", {}, False),
                              ("prompt_lookup", {}, False)]:
         assert learns_across_calls(methods.build(name, lm, args).drafter) is want, (name, args)
-    for extra in (["--repeats", "2"], ["--repeats", "1", "--batch-sizes", "2"]):
-        rc = main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
-                   "--methods", "ar,prompt_lookup,ngram", "--prompts", str(prompts_file),
-                   "--max-new-tokens", "4", "--output", str(tmp_path / "r.json"), *extra])
-        err = capsys.readouterr().err
-        assert rc == 2 and "ngram learn from every answer across calls" in err, err
-        assert ("with --repeats 2 a prompt" in err) == (extra[1] == "2")
-        assert ("with --batch-sizes a prompt" in err) == (extra[1] == "1")
-        assert "learn=false" in err and not (tmp_path / "r.json").exists()
+    rc = main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+               "--methods", "ar,prompt_lookup,ngram", "--prompts", str(prompts_file),
+               "--max-new-tokens", "4", "--output", str(tmp_path / "r.json"), "--repeats", "2",
+               "--batch-sizes", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "ngram learn from every answer across calls" in err, err
+    assert "with --batch-sizes a prompt" in err
+    assert "learn=false" in err and not (tmp_path / "r.json").exists()
+
+
+def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
+        tmp_path, tiny_gguf, prompts_file, monkeypatch):
+    """With --repeats 2, every repeat of a batch drafts from the suffix cache as it was before
+    the batch (the repeats run back to back from a snapshot), never from its own earlier
+    answer; the next batch's runs start with each finished answer learnt once, in a resumed
+    journal too; both repeats are recorded and identical to plain decoding."""
+    import specjax.engine
+
+    seen = []
+    real = specjax.engine.generate
+
+    def spying(model, prompts, **kw):
+        d = kw.get("drafter")
+        if d is not None and d.name == "suffix":
+            seen.append(len(d.cache))
+        return real(model, prompts, **kw)
+
+    monkeypatch.setattr(specjax.engine, "generate", spying)
+    journal, out = tmp_path / "j.jsonl", tmp_path / "r.json"
+    cmd = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar,suffix",
+           "--prompts", str(prompts_file), "--max-new-tokens", "6", "--repeats", "2",
+           "--journal", str(journal), "--output", str(out)]
+    assert main(cmd + ["--time-limit", "1e-9"]) == 0  # the first batch, both repeats
+    assert len(seen) >= 2 and set(seen) == {0}, seen
+    seen.clear()
+    assert main(cmd) == 0
+    assert len(seen) >= 4 and seen == sorted(seen) and set(seen) == {1, 2}, seen
+    recs = [json.loads(x) for x in journal.read_text().splitlines()[1:]]
+    assert len(recs) == 3  # three prompts, one group each, holding both repeats
+    for rec in recs:
+        assert sorted((r["method"], r["repeat"]) for r in rec["runs"]) == [
+            ("ar", 0), ("ar", 1), ("suffix", 0), ("suffix", 1)]
+    res = json.loads(out.read_text())
+    assert all(r["identical_to_ar"] for r in res["rows"]) and res["progress"]["complete"]
 
 
 @pytest.mark.long  # suite time (20 s); the peer model's parity with ours stays by default

@@ -59,6 +59,12 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     group decoded ``batch_size`` rows at a time, in one ``generate`` call (a drafter that
     learns within a call, such as ``stand``, drafts later samples from earlier ones).
 
+    A method whose drafter learns from every answer across calls (a suffix cache, a
+    datastore: ``learns_across_calls``) runs its repeats of a batch back to back, each from
+    the drafter as it was before the batch (``snapshot`` / ``restore``): no repeat drafts
+    from its own earlier answer. A batch-size sweep with such a method is refused (it
+    decodes every prompt again).
+
     ``cache_len``: one static KV-cache length for every ``generate`` call (default: each
     batch's prompt bucket + ``max_new_tokens``), so each method compiles one decode loop per
     batch size; a prompt that does not fit with its ``max_new_tokens`` is an error.
@@ -112,17 +118,24 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     # batch size 1 is swept unless the per-category rows already ran it
     sweep_b = 0 if sweep_only else batch_size
     sweep = sweep_batches(len(items), batch_sizes or [], sweep_b)
-    if repeats > 1 or sweep:
-        leaky = [m for m in methods if learns_across_calls(built[m][0])]
-        if leaky:
-            again = " and ".join(x for x in (f"--repeats {repeats}" if repeats > 1 else "",
-                                             "--batch-sizes" if sweep else "") if x)
-            raise BenchError(
-                f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, a "
-                f"datastore or carried-over tables): with {again} a prompt is decoded again "
-                f"and would be drafted from its own earlier answer. Give those methods "
-                f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run with "
-                f"--repeats 1 and no --batch-sizes")
+    leaky = [m for m in methods if learns_across_calls(built[m][0])]
+    if sweep and leaky:
+        raise BenchError(
+            f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, a "
+            f"datastore or carried-over tables): with --batch-sizes a prompt is decoded again "
+            f"and would be drafted from its own earlier answer. Give those methods "
+            f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run without "
+            f"--batch-sizes")
+    # with a drafter that learns across calls, the repeats of a batch run back to back, each
+    # from the drafter as it was before the batch (snapshot / restore): a repeat never drafts
+    # from its own earlier answer, and every repeat sees what the earlier batches taught
+    inner = repeats if (leaky and repeats > 1) else 1
+    unsnapped = [m for m in leaky if not (callable(getattr(built[m][0], "snapshot", None))
+                                          and callable(getattr(built[m][0], "restore", None)))]
+    if inner > 1 and unsnapped:
+        raise BenchError(
+            f"{', '.join(unsnapped)} learn across calls and have no snapshot()/restore(): "
+            f"their repeats of a batch cannot start from the same state; run --repeats 1")
     peers = {}
     if peer == "hf":
         for kind in ("hf_ar", "hf_prompt_lookup"):
@@ -169,7 +182,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             [sum(x[j] for x in ex["accepted_at"]) for j in range(k)] if k else None,
             r.tokens, B, sum(r.prefill_s[::rows]))
 
-    groups = plan_groups(batches, sweep, repeats, items, batch_size)
+    groups = plan_groups(batches, sweep, repeats // inner, items, batch_size)
     done: set[str] = set()
     here = machine_description()
     journal_machines: dict[str, int] = defaultdict(int)  # groups per machine, over sessions
@@ -179,11 +192,16 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         for rec in journal.load():
             done.add(rec["group"])
             journal_machines[rec.get("machine", "not recorded")] += 1
+            last_rep = {}  # per method, its last repeat in the record (inner repeats)
+            for rd in rec["runs"]:
+                last_rep[rd["method"]] = max(last_rep.get(rd["method"], 0), rd["repeat"])
             for rd in rec["runs"]:
                 r = Run(**rd)
                 (sweep_runs if rec["sweep"] else runs).append(r)
                 d = built_for(r.method, r.batch_size)[0] if r.method in methods else None
-                if learns_across_calls(d):  # what it learnt from the finished runs, in order
+                if learns_across_calls(d) and r.repeat == last_rep[r.method]:
+                    # what it learnt from the finished runs, in order (of a batch decoded
+                    # several times, the answer of the last repeat, as the drafter kept)
                     d.relearn([encoded[where[p]] for p in r.prompt_ids], r.tokens)
             for m, sec in rec["compile"].items():
                 if rec["sweep"]:
@@ -211,12 +229,17 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         # (2026-11-29) the same plain-decoding program ran 3-10% faster late in a batch's
         # runs than first over several batches, which a fixed order credits to the methods
         # listed last
-        for m in (ms[::-1] if g["reversed"] else ms):
-            group_runs.append(one(m, g["category"], g["repeat"], g["idx"], g["batch_size"],
-                                  target_compile))
-            if progress:
-                progress(1)
-        group_runs.sort(key=lambda r: ms.index(r.method))  # records in the listed order
+        before = {m: built_for(m, g["batch_size"])[0].snapshot() for m in ms
+                  if inner > 1 and m in leaky}
+        for j in range(inner):
+            for m in (ms[::-1] if (g["reversed"] != (j % 2 == 1)) else ms):
+                if m in before:
+                    built_for(m, g["batch_size"])[0].restore(before[m])
+                group_runs.append(one(m, g["category"], g["repeat"] + j, g["idx"],
+                                      g["batch_size"], target_compile))
+                if progress:
+                    progress(1)
+        group_runs.sort(key=lambda r: (r.repeat, ms.index(r.method)))  # in the listed order
         (sweep_runs if g["sweep"] else runs).extend(group_runs)
         into = sweep_compile_s[g["batch_size"]] if g["sweep"] else compile_s
         for m, sec in target_compile.items():
