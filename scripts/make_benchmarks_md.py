@@ -681,6 +681,10 @@ def main():
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
+                        ("bench_spec_bench_model_free_4", "Model-free drafters on Spec-Bench, "
+                                                          "fourth run: prompt lookup and "
+                                                          "`ngram`, 2 repeats, after the "
+                                                          "drafter plan hook (in progress)"),
                         ("bench_spec_bench_model_free_3", "Model-free drafters on Spec-Bench "
                                                           "(10 questions per category, 128 "
                                                           "tokens)"),

@@ -196,12 +196,9 @@ def test_bench_refuses_sweeps_of_drafters_that_learn(tmp_path, tiny_gguf, prompt
     assert "learn=false" in err and not (tmp_path / "r.json").exists()
 
 
-def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
-        tmp_path, tiny_gguf, prompts_file, monkeypatch):
-    """With --repeats 2, every repeat of a batch drafts from the suffix cache as it was before
-    the batch (the repeats run back to back from a snapshot), never from its own earlier
-    answer; the next batch's runs start with each finished answer learnt once, in a resumed
-    journal too; both repeats are recorded and identical to plain decoding."""
+def suffix_cache_sizes(monkeypatch) -> list[int]:
+    """A list that gets, for every ``generate`` call with the suffix drafter, how many answers
+    its global cache held when the call started."""
     import specjax.engine
 
     seen = []
@@ -214,6 +211,16 @@ def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
         return real(model, prompts, **kw)
 
     monkeypatch.setattr(specjax.engine, "generate", spying)
+    return seen
+
+
+def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
+        tmp_path, tiny_gguf, prompts_file, monkeypatch):
+    """With --repeats 2, every repeat of a batch drafts from the suffix cache as it was before
+    the batch (the repeats run back to back from a snapshot), never from its own earlier
+    answer; the next batch's runs start with each finished answer learnt once, in a resumed
+    journal too; both repeats are recorded and identical to plain decoding."""
+    seen = suffix_cache_sizes(monkeypatch)
     journal, out = tmp_path / "j.jsonl", tmp_path / "r.json"
     cmd = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar,suffix",
            "--prompts", str(prompts_file), "--max-new-tokens", "6", "--repeats", "2",
@@ -554,18 +561,7 @@ def test_resumed_journal_relearns_what_the_finished_runs_taught(tmp_path, tiny_g
                                                                prompts_file, monkeypatch):
     """A drafter that learns every answer (the suffix cache) starts a resumed journal with
     the finished runs' answers, in order, as the uninterrupted run would have it."""
-    import specjax.engine
-
-    seen = []
-    real = specjax.engine.generate
-
-    def spying(model, prompts, **kw):
-        d = kw.get("drafter")
-        if d is not None and d.name == "suffix":
-            seen.append(len(d.cache))
-        return real(model, prompts, **kw)
-
-    monkeypatch.setattr(specjax.engine, "generate", spying)
+    seen = suffix_cache_sizes(monkeypatch)
     journal = tmp_path / "j.jsonl"
     cmd = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar,suffix",
            "--prompts", str(prompts_file), "--max-new-tokens", "6", "--repeats", "1",
