@@ -41,7 +41,7 @@ def main() -> None:
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.timing import median_seconds
     from specjax.data.builtin import BUILTIN
-    from specjax.drafters.base import StepContext, tree_spec
+    from specjax.drafters.base import StepContext, planned_k, tree_spec
     from specjax.features import Features, from_output
     from specjax.models.loaders import load
 
@@ -95,10 +95,8 @@ def main() -> None:
                               top_k=jnp.int32(0), top_p=jnp.float32(1))
             k = jnp.full((B,), d.max_k, jnp.int32)
             greedy = a.temperature <= 0
-            def draft(p, s, c, kk):
-                if callable(getattr(d, "plan", None)):  # the loop's order: plan, then propose
-                    bound, s = d.plan(p, lm.model, s, c, kk, greedy)
-                    kk = jnp.minimum(kk, bound)
+            def draft(p, s, c, kk):  # the loop's order: plan, then propose
+                kk, s = planned_k(d, p, lm.model, s, c, kk, greedy)
                 return d.propose(p, lm.model, s, c, kk, greedy)[:2]
 
             prop = jax.jit(draft)

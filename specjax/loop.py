@@ -38,7 +38,7 @@ from flax import nnx
 from specjax.buckets import verify_buckets
 from specjax.cache import KVCache
 from specjax.drafters._tree import run_if
-from specjax.drafters.base import StepContext, drafter_features, tree_spec
+from specjax.drafters.base import StepContext, drafter_features, planned_k, tree_spec
 from specjax.features import (
     NO_FEATURES,
     Features,
@@ -293,8 +293,9 @@ class DecodeLoop:
         pk = k  # what the policy asked for: its update learns from that
         plan = getattr(self.drafter, "plan", None)
         if callable(plan):  # the drafter looks first and may draft less (nothing found)
-            bound, dstate = plan(dparams, target, s.draft_state, ctx, k, self.greedy)
-            k = jnp.where(ctx.live, jnp.clip(bound, 0, k), 0).astype(jnp.int32)
+            k, dstate = planned_k(self.drafter, dparams, target, s.draft_state, ctx, k,
+                                  self.greedy)
+            k = jnp.where(ctx.live, jnp.maximum(k, 0), 0).astype(jnp.int32)
             s = dataclasses.replace(s, draft_state=dstate)
         if not (self.idle_skip and callable(getattr(self.drafter, "skip", None))
                 and (getattr(self.policy, "backs_off", True) or callable(plan))):

@@ -132,6 +132,16 @@ def skip_as_update(self, params, target, state, ctx: StepContext, features: Feat
     return self.update(params, state, ctx, n0, None, None, features)
 
 
+def planned_k(drafter, params, target, state, ctx: StepContext, k, greedy: bool):
+    """``(k, state)`` after the drafter's optional ``plan``: at most what it found per row
+    (``k`` and ``state`` as they are for a drafter without one). Call ``propose`` after it."""
+    plan = getattr(drafter, "plan", None)
+    if not callable(plan):
+        return k, state
+    bound, state = plan(params, target, state, ctx, k, greedy)
+    return jnp.minimum(k, bound), state
+
+
 def tree_spec(drafter) -> TreeSpec:
     """The drafter's static tree shape (a chain of ``max_k`` tokens unless it drafts trees)."""
     t = getattr(drafter, "tree", None)

@@ -63,7 +63,7 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from specjax.drafters.base import DRAFTERS, StepContext, check_k
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, planned_k
 from specjax.drafters.dynamic_exit import tpl_choice
 from specjax.drafters.prompt_lookup import PromptLookupDrafter
 from specjax.drafters.sssd import SSSDConfig, make_sssd
@@ -292,10 +292,7 @@ class NgramDrafter:
         A step where no row's choice drafts is an idle step (``skip``)."""
         subs, drafts, lens = [], [], []
         for d, p, s in zip(self.sources, params, state["subs"]):
-            kk = k
-            if callable(getattr(d, "plan", None)):
-                bound, s = d.plan(p, target, s, ctx, k, greedy)
-                kk = jnp.minimum(k, bound)
+            kk, s = planned_k(d, p, target, s, ctx, k, greedy)
             tree, s, _ = d.propose(p, target, s, ctx, kk, greedy)
             subs.append(s)
             drafts.append(tree.tokens)
