@@ -18,7 +18,7 @@ cache it had in the benchmark. ``--cache-len 0`` gives each prompt its own cache
         --methods prompt_lookup ngram:learn=false "ngram:learn=false,sources=suffix;prompt_lookup"
 
 A method is ``name[:key=value,key=value][@noidle]``; ``;`` inside a value stands for a comma.
-``@noidle`` runs it without idle steps (``DecodeLoop.idle_skip=False``: a step where nothing
+``@noidle`` runs it without idle steps (``SPECJAX_IDLE_STEPS=off``: a step where nothing
 is drafted verifies the pending token alone), to time what the idle steps save.
 """
 
@@ -26,23 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
-import dataclasses
 import statistics
-
-
-@contextlib.contextmanager
-def idle_steps(on: bool):
-    """Decoding loops built inside run with ``idle_skip=on``."""
-    from specjax import engine
-
-    real = engine.make_loop
-    if not on:
-        engine.make_loop = lambda *x, **kw: dataclasses.replace(real(*x, **kw), idle_skip=False)
-    try:
-        yield
-    finally:
-        engine.make_loop = real
 
 
 def main() -> None:
@@ -63,7 +47,7 @@ def main() -> None:
     from specjax import methods
     from specjax.bench.prompts import load_prompts
     from specjax.drafters.base import learns_across_calls
-    from specjax.engine import generate
+    from specjax.engine import generate, idle_steps
     from specjax.models.loaders import load
 
     lm = load(a.model)

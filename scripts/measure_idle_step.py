@@ -2,9 +2,9 @@
 
 A policy that backs off (``k = 0`` for every row) leaves the speculative loop running steps
 that draft nothing; the loop runs such a step as a plain decoding step plus the drafter's
-``skip`` (``DecodeLoop.idle_skip``; the EAGLE head defers its pass). This times, inside the
-decode loop, seconds per target forward of plain decoding and of the method under a policy
-that never drafts, with the idle path on and off (off: ``propose`` and ``update`` run every
+``skip`` (``DecodeLoop.idle_skip``, ``SPECJAX_IDLE_STEPS``; the EAGLE head defers its
+pass). This times, inside the decode loop, seconds per target forward of plain decoding and
+of the method under a policy that never drafts, with the idle path on and off (off: ``propose`` and ``update`` run every
 step, drafting nothing: the engine before the idle path), at each batch size; medians of
 interleaved repeats after a compiling run. Prints JSON (``--out`` writes it too).
 
@@ -14,7 +14,6 @@ interleaved repeats after a compiling run. Prints JSON (``--out`` writes it too)
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import statistics
@@ -40,18 +39,6 @@ class NeverDraft:
         return state
 
 
-@contextlib.contextmanager
-def idle_skip(on: bool):
-    from specjax import engine
-
-    real = engine.make_loop
-    engine.make_loop = lambda *a, **k: dataclasses.replace(real(*a, **k), idle_skip=on)
-    try:
-        yield
-    finally:
-        engine.make_loop = real
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--method", default="eagle")
@@ -69,7 +56,7 @@ def main() -> None:
     from specjax import methods
     from specjax.bench.machine import machine_description, print_and_write_json, utc_now
     from specjax.buckets import cache_length
-    from specjax.engine import generate
+    from specjax.engine import generate, idle_steps
     from specjax.models.loaders import load
     from specjax.sampling import SamplingParams
 
@@ -85,7 +72,7 @@ def main() -> None:
     def per_forward(batch, variant):
         def decode(n):
             kw = {} if variant == "plain" else dict(drafter=drafter, policy=policy)
-            with idle_skip(variant != "propose-every-step"):
+            with idle_steps(variant != "propose-every-step"):
                 r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
                              sampling=SamplingParams(temperature=0.0), batch_size=batch, **kw)
             return r.wall_s[0] - r.prefill_s[0], max(r.target_forwards)

@@ -9,6 +9,7 @@ final state into a :class:`GenerationResult`.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import os
 import time
@@ -201,7 +202,33 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
     verifier = verifiers.resolve(verifier, greedy, chain)
     return DecodeLoop(graphdef=graphdef, drafter=drafter, policy=policy, verifier=verifier,
                       greedy=greedy, eos_ids=eos_ids, verify_buckets=_verify_bucket_mode(),
-                      exact=model.exact)
+                      exact=model.exact, idle_skip=_idle_steps_on())
+
+
+def _idle_steps_on() -> bool:
+    """``$SPECJAX_IDLE_STEPS``: ``on`` (default) or ``off``. Off, a step where no row drafts
+    verifies the pending token alone instead of running as an idle step (a plain forward and
+    the drafter's ``skip``; ``DecodeLoop.idle_skip``): same outputs, drafts and forwards, to
+    time what idle steps save (``scripts/ab_methods.py``'s ``@noidle``)."""
+    mode = os.environ.get("SPECJAX_IDLE_STEPS", "on").strip().lower() or "on"
+    if mode not in ("on", "off"):
+        raise GenerationError(f"SPECJAX_IDLE_STEPS must be on or off, got {mode!r}")
+    return mode == "on"
+
+
+@contextlib.contextmanager
+def idle_steps(on: bool):
+    """Loops built inside the block run with idle steps on or off (``SPECJAX_IDLE_STEPS``,
+    restored after)."""
+    old = os.environ.get("SPECJAX_IDLE_STEPS")
+    os.environ["SPECJAX_IDLE_STEPS"] = "on" if on else "off"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SPECJAX_IDLE_STEPS", None)
+        else:
+            os.environ["SPECJAX_IDLE_STEPS"] = old
 
 
 def _verify_bucket_mode() -> str:

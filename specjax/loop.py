@@ -139,7 +139,7 @@ class DecodeLoop:
         method is neither asked to propose nor updated: the step costs a plain decoding
         step plus ``skip`` (the drafter records the committed token, catching up later).
         False runs ``propose`` and ``update`` in every step (same outputs; for A/B
-        measurements and tests). A policy with ``backs_off = False`` (``fixed``) gets no
+        measurements and tests; ``SPECJAX_IDLE_STEPS=off``). A policy with ``backs_off = False`` (``fixed``) gets no
         idle steps compiled (compile time) unless the drafter has a ``plan``.
       verify_buckets: ``"all"``: the verify forward is compiled for each block size of
         :func:`specjax.buckets.verify_buckets` and a step runs the smallest that holds its

@@ -6,6 +6,7 @@ decoding, and every draft equals the one of the loop that proposes and updates e
 checked in tests/test_eagle.py (``chain-idle``)."""
 
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 from spec_helpers import IdlePolicy, mixed_prompts, sharp_tiny_pair
 
-from specjax import drafters, engine
+from specjax import drafters
 from specjax.engine import generate
 
 
@@ -55,9 +56,7 @@ def test_idle_steps_keep_outputs_and_drafts(target, prompts, plain, monkeypatch,
     assert callable(getattr(d, "skip", None))
     pol = IdlePolicy(d.max_k)
     on = generate(target, prompts, max_new_tokens=24, drafter=d, policy=pol, batch_size=4)
-    make_loop = engine.make_loop
-    monkeypatch.setattr(engine, "make_loop", lambda *a, **k: dataclasses.replace(
-        make_loop(*a, **k), idle_skip=False))
+    monkeypatch.setenv("SPECJAX_IDLE_STEPS", "off")
     off = generate(target, prompts, max_new_tokens=24, drafter=d, policy=pol, batch_size=4)
     assert on.tokens == plain and off.tokens == plain
     assert on.extra["drafted"] == off.extra["drafted"]
@@ -113,9 +112,7 @@ def test_drafter_plan_turns_steps_without_a_draft_into_idle_steps(
     run = dict(max_new_tokens=24, drafter=m.drafter, policy=m.policy, batch_size=1)
     # batch 1: every step without a match is idle; with several rows all must miss
     on = generate(target, prompts, **run)
-    make_loop = engine.make_loop
-    monkeypatch.setattr(engine, "make_loop", lambda *a, **k: dataclasses.replace(
-        make_loop(*a, **k), idle_skip=False))
+    monkeypatch.setenv("SPECJAX_IDLE_STEPS", "off")
     off = generate(target, prompts, **run)
     assert on.tokens == plain and off.tokens == plain
     assert on.extra["drafted"] == off.extra["drafted"]
@@ -123,3 +120,24 @@ def test_drafter_plan_turns_steps_without_a_draft_into_idle_steps(
     assert on.target_forwards == off.target_forwards
     assert sum(on.extra["accepted"]) > 0
     assert sum(on.extra["idle_steps"]) > 0 and sum(off.extra["idle_steps"]) == 0
+
+
+def test_idle_steps_setting(target, monkeypatch):
+    """``SPECJAX_IDLE_STEPS`` sets the loop's ``idle_skip``; ``engine.idle_steps`` sets it
+    within a block and restores it; another value is an error naming the variable."""
+    from specjax.engine import idle_steps, make_loop
+    from specjax.errors import GenerationError
+
+    d = drafters.make("prompt_lookup", target, k=3)
+    monkeypatch.delenv("SPECJAX_IDLE_STEPS", raising=False)
+    assert make_loop(target, drafter=d).idle_skip
+    with idle_steps(False):
+        assert not make_loop(target, drafter=d).idle_skip
+    assert "SPECJAX_IDLE_STEPS" not in os.environ
+    monkeypatch.setenv("SPECJAX_IDLE_STEPS", "off")
+    with idle_steps(True):
+        assert make_loop(target, drafter=d).idle_skip
+    assert not make_loop(target, drafter=d).idle_skip
+    monkeypatch.setenv("SPECJAX_IDLE_STEPS", "sometimes")
+    with pytest.raises(GenerationError, match="SPECJAX_IDLE_STEPS must be on or off"):
+        make_loop(target, drafter=d)
