@@ -4,9 +4,10 @@ A policy that backs off (``k = 0`` for every row) leaves the speculative loop ru
 that draft nothing; the loop runs such a step as a plain decoding step plus the drafter's
 ``skip`` (``DecodeLoop.idle_skip``, ``SPECJAX_IDLE_STEPS``; the EAGLE head defers its
 pass). This times, inside the decode loop, seconds per target forward of plain decoding and
-of the method under a policy that never drafts, with the idle path on and off (off: ``propose`` and ``update`` run every
-step, drafting nothing: the engine before the idle path), at each batch size; medians of
-interleaved repeats after a compiling run. Prints JSON (``--out`` writes it too).
+of the method under a policy that never drafts, with the idle path on and off (off:
+``propose`` and ``update`` run every step, drafting nothing: the engine before the idle
+path), at each batch size; medians of interleaved repeats after a compiling run. Prints JSON
+(``--out`` writes it too).
 
     python scripts/measure_idle_step.py --method eagle --batch-sizes 1,4
 """
