@@ -47,6 +47,7 @@ from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model
 # every layer's cache (specjax.cache.write_block); format 1 priced blocks ~5% low at batch 1
 FORMAT = "specjax-cost-curve-2"
 MODE_ENV = "SPECJAX_COST_CURVE"
+AGE_ENV = "SPECJAX_COST_MAX_AGE"
 MODES = ("auto", "builtin", "refresh")
 BATCH_BUCKETS = (1, 4, 16, 64)
 PREFIX = 128
@@ -72,6 +73,44 @@ def resolve_mode(mode: str | None = None) -> str:
         raise PolicyError(f"{src}{'' if mode is not None else '='}{m!r}: the cost-curve mode "
                           f"must be one of {', '.join(MODES)}")
     return m
+
+
+def max_age_hours() -> float | None:
+    """``$SPECJAX_COST_MAX_AGE``: hours after which a cached cost curve or step cost is
+    measured again (a shared VM's speed drifts over hours: on the project's 2-core VM a
+    head's 3-token step was priced 1.19 plain steps at 04:12 and 1.25 at 08:27 the same
+    day); unset or empty: never (what was measured once stands)."""
+    raw = os.environ.get(AGE_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = float("nan")
+    if not hours > 0 or hours == float("inf"):
+        raise PolicyError(f"${AGE_ENV}={raw!r}: the age after which cached costs are measured "
+                          "again must be a number of hours > 0 (unset: never)")
+    return hours
+
+
+def stale(data: dict, path: Path) -> str | None:
+    """Why a cached measurement ``data`` (read from ``path``) is too old to use under
+    ``$SPECJAX_COST_MAX_AGE``, or None. A file without a readable ``measured_at`` is old."""
+    import datetime
+
+    hours = max_age_hours()
+    if hours is None:
+        return None
+    try:
+        when = datetime.datetime.fromisoformat(str(data["measured_at"]))
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        age = (datetime.datetime.now(datetime.timezone.utc) - when).total_seconds() / 3600
+    except (KeyError, TypeError, ValueError):
+        return f"{path} says not when it was measured (${AGE_ENV}={hours:g} h)"
+    if age > hours:
+        return f"{path} was measured {age:.1f} h ago (${AGE_ENV}={hours:g} h)"
+    return None
 
 
 def batch_bucket(batch: int) -> int:
@@ -119,6 +158,9 @@ def _read(path: Path, key: dict, ks: tuple[int, ...]
             return None, f"{path} was written for another device or model", ()
         curve = _relative(data, key["batch"], max(int(k) for k in data["ks"]))
         have = tuple(sorted({int(k) for k in data["ks"]}))
+        old = stale(data, path)
+        if old is not None:
+            return None, "stale: " + old, have
         lacking = sorted(set(ks) - set(have))
         if lacking:  # the engine verifies these sizes: measured, never interpolated
             return None, (f"{path} has no measured block size "
@@ -153,6 +195,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
       PolicyError: an unknown mode, a bad batch size or max_k.
     """
     m = resolve_mode(mode)
+    max_age_hours()  # a bad $SPECJAX_COST_MAX_AGE is an error, not a corrupt file
     if not isinstance(max_k, int) or isinstance(max_k, bool) or max_k < 1:
         raise PolicyError(f"a cost curve needs max_k >= 1, got {max_k!r}")
     if m == "builtin":
@@ -168,14 +211,16 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         if curve is not None:
             return curve
         want = tuple(sorted(set(ks) | set(have)))  # a lacking file keeps its sizes
-        if why != "miss":
+        if why != "miss" and not why.startswith("stale: "):
             warnings.warn(f"cost curve: {why}; measuring it again", CostCurveWarning,
                           stacklevel=2)
     if measure is None:
         from specjax.bench.curve import verify_curve as measure
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring the verify-cost curve of this machine (block sizes {list(want)}, batch "
-        f"{key['batch']}); cached in {path.parent}")
+        f"{key['batch']}); cached in {path.parent}"
+        + (f" ({why.removeprefix('stale: ')})" if m == "auto" and why.startswith("stale: ")
+           else ""))
     data = measure(lm, ks=want, batches=(key["batch"],), prefix=PREFIX, repeats=REPEATS)
     from specjax.bench.machine import utc_now
 

@@ -189,31 +189,35 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
       say: where the one-line "measuring ..." notice goes (default: stderr).
     """
     m = cost_curves.resolve_mode(mode)
+    cost_curves.max_age_hours()  # a bad $SPECJAX_COST_MAX_AGE is an error
     if m == "builtin" or getattr(drafter, "model_free", False):
         return None
     K = int(drafter.max_k)
     key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch)
     path = cost_curves.curve_path(key, Path(directory) if directory is not None
                                   else cache_dir())  # the same key -> file naming
+    old = None
     if m == "auto" and path.exists():
         try:
             data = json.loads(path.read_text())
             if data.get("key") != key:
                 raise ValueError("written for another device, model or drafter")
+            old = cost_curves.stale(data, path)
             steps = tuple(float(c) for c in data["step_cost"])
             if (len(steps) != K + 1 or steps[0] != 1.0
                     or not all(math.isfinite(c) and c > 0 for c in steps)
                     or any(b < a for a, b in zip(steps[1:], steps[2:]))):
                 raise ValueError(f"step_cost {list(steps)} is not {K + 1} finite positive "
                                  "costs from 1, never decreasing after k = 1")
-            return steps
+            if old is None:
+                return steps
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             warnings.warn(f"draft cost: {path} cannot be used ({type(e).__name__}: {e}); "
                           "measuring it again", DraftCostWarning, stacklevel=2)
     bucket = key["batch"]
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring what a step of {drafter_name} costs (k = {list(timed_ks(K))}, batch "
-        f"{bucket}) on this machine; cached in {path.parent}")
+        f"{bucket}) on this machine; cached in {path.parent}" + (f" ({old})" if old else ""))
     data = (measure or measure_step_ratio)(lm, drafter, bucket)
     plain = float(data["plain_step_s"])
     ratios = ({int(k): float(r) for k, r in data["ratio"].items()} if "ratio" in data else

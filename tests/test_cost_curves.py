@@ -22,6 +22,7 @@ def lm():
 @pytest.fixture(autouse=True)
 def auto_mode(monkeypatch):
     monkeypatch.setenv(cc.MODE_ENV, "auto")  # the suite's default is "builtin" (conftest)
+    monkeypatch.delenv(cc.AGE_ENV, raising=False)
 
 
 class FakeProbe:
@@ -94,6 +95,50 @@ def test_stale_and_corrupt_files_are_measured_again(lm, tmp_path):
     with pytest.warns(cc.CostCurveWarning, match="is corrupt"):
         cc.measured_cost(lm, 8, 1, **kw)
     assert len(probe.calls) == 5
+
+
+def _age(path, hours):
+    """Rewrites the file's ``measured_at`` as ``hours`` ago."""
+    import datetime
+
+    data = json.loads(path.read_text())
+    when = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=hours)
+    data["measured_at"] = when.isoformat(timespec="seconds")
+    path.write_text(json.dumps(data))
+
+
+def test_max_age_measures_an_old_curve_again(lm, tmp_path, monkeypatch):
+    """Under $SPECJAX_COST_MAX_AGE a curve older than that is measured again (with the sizes
+    it had), without a warning, and the notice says why; unset, an old curve stands."""
+    probe, said = FakeProbe(), []
+    kw = dict(directory=tmp_path, measure=probe, say=said.append)
+    cc.measured_cost(lm, 8, 1, **kw)
+    (path,) = tmp_path.glob("*.json")
+    _age(path, 30.0)
+    cc.measured_cost(lm, 8, 1, **kw)
+    assert len(probe.calls) == 1  # no max age: a hit, however old
+    monkeypatch.setenv(cc.AGE_ENV, "48")
+    cc.measured_cost(lm, 8, 1, **kw)
+    assert len(probe.calls) == 1  # 30 h < 48 h
+    monkeypatch.setenv(cc.AGE_ENV, "6")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cc.measured_cost(lm, 2, 1, **kw)
+    assert probe.calls[-1] == (1, 2, 3, 4, 8, 9)  # its sizes and k = 2's
+    assert "measured 30.0 h ago ($SPECJAX_COST_MAX_AGE=6 h)" in said[-1]
+    cc.measured_cost(lm, 8, 1, **kw)
+    assert len(probe.calls) == 2  # measured just now: a hit
+    data = json.loads(path.read_text())
+    del data["measured_at"]
+    path.write_text(json.dumps(data))
+    cc.measured_cost(lm, 8, 1, **kw)
+    assert len(probe.calls) == 3 and "says not when it was measured" in said[-1]
+    for bad in ("soon", "0", "-1", "inf"):
+        monkeypatch.setenv(cc.AGE_ENV, bad)
+        with pytest.raises(PolicyError, match=r"SPECJAX_COST_MAX_AGE=.*number of hours > 0"):
+            cc.measured_cost(lm, 8, 1, **kw)
 
 
 def test_builtin_mode_and_bad_settings(lm, tmp_path, monkeypatch):

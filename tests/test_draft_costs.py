@@ -28,6 +28,7 @@ def lm():
 def auto_mode(monkeypatch, tmp_path):
     monkeypatch.setenv(cc.MODE_ENV, "auto")  # the suite's default is "builtin" (conftest)
     monkeypatch.setenv("SPECJAX_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv(cc.AGE_ENV, raising=False)
 
 
 def flat_curve(lm, *, ks, batches, prefix, repeats):
@@ -92,6 +93,31 @@ def test_measures_caches_hits_and_refreshes(lm, tmp_path):
                                    **{**kw, "measure": FakeSteps({1: 1.5, 3: 3.0})})
     assert again == pytest.approx((1.0, 1.5, 3.0, 3.0))
     assert dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw) == again
+
+
+def test_max_age_measures_old_step_costs_again(lm, tmp_path, monkeypatch):
+    import datetime
+
+    steps, said = FakeSteps({1: 1.9, 3: 2.4}), []
+    kw = dict(directory=tmp_path, measure=steps, say=said.append)
+    dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
+    (path,) = tmp_path.glob("*.json")
+    data = json.loads(path.read_text())
+    old = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(hours=10)
+    path.write_text(json.dumps({**data, "measured_at": old.isoformat()}))
+    dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
+    assert len(steps.calls) == 1  # no max age: an old file stands
+    monkeypatch.setenv(cc.AGE_ENV, "12")
+    dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
+    assert len(steps.calls) == 1
+    monkeypatch.setenv(cc.AGE_ENV, "2.5")
+    dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
+    assert len(steps.calls) == 2 and "measured 10.0 h ago" in said[-1]
+    dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
+    assert len(steps.calls) == 2  # fresh again
+    monkeypatch.setenv(cc.AGE_ENV, "a day")
+    with pytest.raises(PolicyError, match="SPECJAX_COST_MAX_AGE"):
+        dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw)
 
 
 def test_builtin_and_model_free_measure_nothing(lm, tmp_path):
