@@ -1,0 +1,113 @@
+"""Where a decode step's time goes, by XLA operation kind, for plain decoding and any method.
+
+Traces (``jax.profiler``, perfetto JSON) the decode loop of one synthetic prompt at two token
+budgets with one cache length (one compiled program), sums the trace events of each operation
+kind (``copy_bitcast_fusion``, ``ynn_fusion``, ... with the numbering dropped) and divides the
+difference of the two runs by the difference of their target forwards: the prefill, the
+transfers and the shorter drafts of the last steps before a budget cancel. Plain decoding is
+always traced; ``--method junk:N`` drafts N copies of one token every step (the verify block
+of N + 1 tokens of ``specjax bench --verify-curve --in-loop``), any other method is built as
+``specjax bench`` builds it. Event totals include nested events (a ``cond`` holds its branch's
+fusions), so compare kinds between runs rather than adding them up.
+
+    python scripts/profile_decode_loop.py --prefix 1150 --method junk:1 --method prompt_lookup
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+
+def kind_totals(trace_dir: Path) -> collections.Counter:
+    """Microseconds per operation kind in a perfetto trace (Python frames and the runtime's
+    executor and thread-pool events left out)."""
+    (f,) = glob.glob(str(trace_dir / "**" / "*.trace.json.gz"), recursive=True)
+    data = json.load(gzip.open(f))
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    out = collections.Counter()
+    for e in events:
+        name = e.get("name", "")
+        if (e.get("ph") != "X" or "dur" not in e or name.startswith(("$", "end:"))
+                or "Thunk" in name or "Slinky" in name):
+            continue
+        out[re.sub(r"[.\d]+$", "", name)] += e["dur"]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--method", action="append", default=[],
+                    help="junk:N or a method name (repeatable); plain decoding is always run")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--prefix", type=int, default=1150, help="prompt tokens")
+    ap.add_argument("--budgets", default="24,72", help="the two token budgets traced")
+    ap.add_argument("--top", type=int, default=12, help="operation kinds printed per run")
+    ap.add_argument("--out", default=None, help="also write the table as JSON here")
+    a = ap.parse_args()
+    short, long = (int(x) for x in a.budgets.split(","))
+    if not 0 < short < long:
+        ap.error("--budgets: two token budgets, the first smaller")
+
+    import jax
+
+    from specjax import methods
+    from specjax.bench.curve import _JunkDrafter
+    from specjax.bench.machine import machine_description, utc_now
+    from specjax.buckets import cache_length
+    from specjax.engine import generate
+    from specjax.models.loaders import load
+
+    lm = load(a.model)
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(a.prefix)]
+    runs = {"plain": (None, None)}
+    for spec in a.method:
+        if spec.startswith("junk:"):
+            n = int(spec.removeprefix("junk:"))
+            runs[spec] = (_JunkDrafter(max_k=max(n, 1), n=n), None)
+        else:
+            m = methods.build(spec, lm, {})
+            runs[spec] = (m.drafter, m.policy)
+    K = max((int(d.max_k) for d, _ in runs.values() if d is not None), default=0)
+    cache_len = cache_length(a.prefix, long + K + 2)
+    table = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (drafter, policy) in runs.items():
+            def decode(n):
+                return generate(lm.model, [prompt], max_new_tokens=n, cache_len=cache_len,
+                                drafter=drafter, policy=policy)
+
+            decode(short)  # compile
+            got = {}
+            for n in (short, long):
+                d = Path(tmp) / f"{len(table)}_{n}"
+                with jax.profiler.trace(str(d), create_perfetto_trace=True):
+                    r = decode(n)
+                got[n] = (kind_totals(d), int(r.target_forwards[0]),
+                          r.wall_s[0] - r.prefill_s[0])
+            (ka, fa, ta), (kb, fb, tb) = got[short], got[long]
+            df = max(fb - fa, 1)
+            per = {k: (kb[k] - ka[k]) / df / 1e3 for k in set(ka) | set(kb)}
+            table[name] = {"forwards": [fa, fb], "decode_ms_per_step": (tb - ta) / df * 1e3,
+                           "ms_per_step": dict(sorted(per.items(), key=lambda x: -x[1]))}
+            print(f"{name}: forwards {fa} -> {fb}, decode {(tb - ta) / df * 1e3:.1f} ms a step "
+                  f"(traced)", flush=True)
+            for k, v in list(table[name]["ms_per_step"].items())[:a.top]:
+                print(f"  {v:8.3f} ms/step  {k}", flush=True)
+    out = {"command": "python scripts/profile_decode_loop.py " + " ".join(sys.argv[1:]),
+           "date": utc_now(), "machine": machine_description(), "model": a.model,
+           "prefix": a.prefix, "cache_len": cache_len, "budgets": [short, long], "runs": table}
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
