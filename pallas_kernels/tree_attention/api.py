@@ -47,7 +47,7 @@ def sharded(cache_sharding):
 
     A Pallas call is opaque to XLA's partitioner: on a mesh it would run on gathered,
     replicated operands. Under this context (the decode loop enters it with its cache's
-    ``NamedSharding``, ``[B, S, KVH, Dh]`` split over rows and possibly KV heads) each device
+    ``NamedSharding``, ``[B, KVH, S, Dh]`` split over rows and possibly KV heads) each device
     runs the kernel on its own rows and KV heads: queries split like their KV heads (query
     head ``h`` belongs to KV head ``h // (H // KVH)``, so contiguous chunks line up), the
     tree block and the lengths like the rows. The ``"xla"`` backend is left to the
@@ -60,9 +60,12 @@ def sharded(cache_sharding):
 
 
 def _split_axes(cache_sharding) -> tuple:
-    """The mesh axes (or None) the cache's rows and KV heads are split over."""
+    """The mesh axes (or None) the cache's rows and KV heads are split over (the sharding of
+    a cache buffer ``[B, KVH, S, Dh]``, :func:`specjax.sharding.cache_sharding`; until
+    2026-12-03 this read the third entry, the positions' since the cache stores heads first,
+    so on a mesh the kernels saw KV heads as unsplit and ran on gathered copies)."""
     spec = tuple(cache_sharding.spec) + (None,) * 4
-    return spec[0], spec[2]
+    return spec[0], spec[1]
 
 
 def _shard_mapped(fn, cache_sharding):
