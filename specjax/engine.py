@@ -205,14 +205,17 @@ def make_loop(model: Llama, *, drafter=None, policy=None, verifier=None, greedy:
                       exact=model.exact, idle_skip=_idle_steps_on())
 
 
+IDLE_ENV = "SPECJAX_IDLE_STEPS"
+
+
 def _idle_steps_on() -> bool:
     """``$SPECJAX_IDLE_STEPS``: ``on`` (default) or ``off``. Off, a step where no row drafts
     verifies the pending token alone instead of running as an idle step (a plain forward and
     the drafter's ``skip``; ``DecodeLoop.idle_skip``): same outputs, drafts and forwards, to
     time what idle steps save (``scripts/ab_methods.py``'s ``@noidle``)."""
-    mode = os.environ.get("SPECJAX_IDLE_STEPS", "on").strip().lower() or "on"
+    mode = os.environ.get(IDLE_ENV, "on").strip().lower() or "on"
     if mode not in ("on", "off"):
-        raise GenerationError(f"SPECJAX_IDLE_STEPS must be on or off, got {mode!r}")
+        raise GenerationError(f"{IDLE_ENV} must be on or off, got {mode!r}")
     return mode == "on"
 
 
@@ -220,15 +223,15 @@ def _idle_steps_on() -> bool:
 def idle_steps(on: bool):
     """Loops built inside the block run with idle steps on or off (``SPECJAX_IDLE_STEPS``,
     restored after)."""
-    old = os.environ.get("SPECJAX_IDLE_STEPS")
-    os.environ["SPECJAX_IDLE_STEPS"] = "on" if on else "off"
+    old = os.environ.get(IDLE_ENV)
+    os.environ[IDLE_ENV] = "on" if on else "off"
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop("SPECJAX_IDLE_STEPS", None)
+            os.environ.pop(IDLE_ENV, None)
         else:
-            os.environ["SPECJAX_IDLE_STEPS"] = old
+            os.environ[IDLE_ENV] = old
 
 
 def _verify_bucket_mode() -> str:

@@ -133,14 +133,15 @@ class DecodeLoop:
       greedy: argmax decoding; else sampling with the run's sampling arrays.
       eos_ids: token ids that end a row (kept in the output).
       cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
-        sharding table's ``(batch, sequence, kv_heads, -)``); None on one device.
+        sharding table's ``(batch, kv_heads, sequence, -)``); None on one device.
       idle_skip: in a step where every row has ``k = 0`` (the policy's, or the bound of the
         drafter's ``plan`` where it found nothing to draft), a drafter with a ``skip``
         method is neither asked to propose nor updated: the step costs a plain decoding
         step plus ``skip`` (the drafter records the committed token, catching up later).
         False runs ``propose`` and ``update`` in every step (same outputs; for A/B
-        measurements and tests; ``SPECJAX_IDLE_STEPS=off``). A policy with ``backs_off = False`` (``fixed``) gets no
-        idle steps compiled (compile time) unless the drafter has a ``plan``.
+        measurements and tests; ``SPECJAX_IDLE_STEPS=off``). A policy with ``backs_off =
+        False`` (``fixed``) gets no idle steps compiled (compile time) unless the drafter
+        has a ``plan``.
       verify_buckets: ``"all"``: the verify forward is compiled for each block size of
         :func:`specjax.buckets.verify_buckets` and a step runs the smallest that holds its
         longest draft; ``"max"``: one block of every node (one target forward compiled instead

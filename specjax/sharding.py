@@ -4,7 +4,7 @@ A :class:`ShardingTable` names, per logical axis (``batch``, ``heads``, ``kv_hea
 ``vocab``, ``embed``, ``sequence``), the mesh axis it is split over or None (replicated). The
 rules that turn it into ``PartitionSpec`` s are data too: :data:`WEIGHT_AXES` gives the logical
 axes of every weight by its name (the target's and the draft heads', which use the same
-names), and the KV cache is ``(batch, sequence, kv_heads, -)``. Anything not in the table is
+names), and the KV cache is ``(batch, kv_heads, sequence, -)``. Anything not in the table is
 replicated. The defaults:
 
 * data parallelism: rows over ``data``;
