@@ -147,28 +147,29 @@ def _relative(data: dict, batch: int, max_T: int) -> tuple[float, ...]:
 
 
 def _read(path: Path, key: dict, ks: tuple[int, ...]
-          ) -> tuple[tuple[float, ...] | None, str, tuple[int, ...]]:
-    """The cached curve, or ``(None, why it cannot be used, ...)``; last, the block sizes a
-    usable file measured (to measure again with the new ones)."""
+          ) -> tuple[tuple[float, ...] | None, str, str, tuple[int, ...]]:
+    """``(curve, outcome, why, have)``: the cached curve, or None with the outcome ("miss",
+    "stale": older than ``$SPECJAX_COST_MAX_AGE``, "unusable") and why; last, the block sizes
+    a readable file measured (to measure again with the new ones)."""
     if not path.exists():
-        return None, "miss", ()
+        return None, "miss", "", ()
     try:
         data = json.loads(path.read_text())
         if data.get("key") != key:
-            return None, f"{path} was written for another device or model", ()
+            return None, "unusable", f"{path} was written for another device or model", ()
         curve = _relative(data, key["batch"], max(int(k) for k in data["ks"]))
         have = tuple(sorted({int(k) for k in data["ks"]}))
         old = stale(data, path)
         if old is not None:
-            return None, "stale: " + old, have
+            return None, "stale", old, have
         lacking = sorted(set(ks) - set(have))
         if lacking:  # the engine verifies these sizes: measured, never interpolated
-            return None, (f"{path} has no measured block size "
+            return None, "unusable", (f"{path} has no measured block size "
                           f"{', '.join(map(str, lacking))} (has {', '.join(map(str, have))})"
                           ), have
-        return curve[:max(ks)], "hit", have
+        return curve[:max(ks)], "hit", "", have
     except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
-        return None, f"{path} is corrupt ({type(e).__name__}: {e})", ()
+        return None, "unusable", f"{path} is corrupt ({type(e).__name__}: {e})", ()
 
 
 def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
@@ -205,13 +206,13 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
     key = curve_key(lm, batch)
     ks = needed_ks(max_k)
     path = curve_path(key, Path(directory) if directory is not None else None)
-    want = ks  # the sizes measured
+    want, outcome, why = ks, "", ""  # the sizes to measure; why the cached file is not used
     if m == "auto":
-        curve, why, have = _read(path, key, ks)
+        curve, outcome, why, have = _read(path, key, ks)
         if curve is not None:
             return curve
         want = tuple(sorted(set(ks) | set(have)))  # a lacking file keeps its sizes
-        if why != "miss" and not why.startswith("stale: "):
+        if outcome == "unusable":
             warnings.warn(f"cost curve: {why}; measuring it again", CostCurveWarning,
                           stacklevel=2)
     if measure is None:
@@ -219,8 +220,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring the verify-cost curve of this machine (block sizes {list(want)}, batch "
         f"{key['batch']}); cached in {path.parent}"
-        + (f" ({why.removeprefix('stale: ')})" if m == "auto" and why.startswith("stale: ")
-           else ""))
+        + (f" ({why})" if outcome == "stale" else ""))
     data = measure(lm, ks=want, batches=(key["batch"],), prefix=PREFIX, repeats=REPEATS)
     from specjax.bench.machine import utc_now
 
