@@ -45,7 +45,8 @@ def kind_totals(trace_dir: Path) -> collections.Counter:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", action="append", default=[],
-                    help="junk:N or a method name (repeatable); plain decoding is always run")
+                    help="junk:N or a method, name[:key=value,...] with ';' for a comma inside "
+                         "a value (repeatable); plain decoding is always run")
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prefix", type=int, default=1150, help="prompt tokens")
     ap.add_argument("--budgets", default="24,72", help="the two token budgets traced")
@@ -73,8 +74,11 @@ def main() -> None:
         if spec.startswith("junk:"):
             n = int(spec.removeprefix("junk:"))
             runs[spec] = (_JunkDrafter(max_k=max(n, 1), n=n), None)
-        else:
-            m = methods.build(spec, lm, {})
+        else:  # name[:key=value,...], ";" inside a value for a comma (as scripts/ab_methods.py)
+            name, _, rest = spec.partition(":")
+            args = {k: v.replace(";", ",") for k, v in
+                    (kv.split("=", 1) for kv in rest.split(",") if kv)}
+            m = methods.build(name, lm, args)
             runs[spec] = (m.drafter, m.policy)
     K = max((int(d.max_k) for d, _ in runs.values() if d is not None), default=0)
     cache_len = cache_length(a.prefix, long + K + 2)
