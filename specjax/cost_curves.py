@@ -164,9 +164,9 @@ def _read(path: Path, key: dict, ks: tuple[int, ...]
             return None, "stale", old, have
         lacking = sorted(set(ks) - set(have))
         if lacking:  # the engine verifies these sizes: measured, never interpolated
-            return None, "unusable", (f"{path} has no measured block size "
-                          f"{', '.join(map(str, lacking))} (has {', '.join(map(str, have))})"
-                          ), have
+            why = (f"{path} has no measured block size {', '.join(map(str, lacking))} "
+                   f"(has {', '.join(map(str, have))})")
+            return None, "unusable", why, have
         return curve[:max(ks)], "hit", "", have
     except (OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
         return None, "unusable", f"{path} is corrupt ({type(e).__name__}: {e})", ()
