@@ -59,9 +59,7 @@ def main() -> None:
     prompts = {i: lm.tokenizer.encode_chat(byid[i]["prompt"]) for i in ids}
     built = {"ar": (None, None, None)}
     for spec in a.methods:
-        name, _, rest = spec.removesuffix("@noidle").partition(":")
-        args = {k: v.replace(";", ",") for k, v in
-                (kv.split("=", 1) for kv in rest.split(",") if kv)}
+        name, args = methods.parse_method_spec(spec.removesuffix("@noidle"))
         built[spec] = methods.build(name, lm, args)
         if learns_across_calls(built[spec][0]) and a.warm_journal is None:
             raise SystemExit(f"{spec}: learns across calls; give it learn=false "

@@ -74,10 +74,8 @@ def main() -> None:
         if spec.startswith("junk:"):
             n = int(spec.removeprefix("junk:"))
             runs[spec] = (_JunkDrafter(max_k=max(n, 1), n=n), None)
-        else:  # name[:key=value,...], ";" inside a value for a comma (as scripts/ab_methods.py)
-            name, _, rest = spec.partition(":")
-            args = {k: v.replace(";", ",") for k, v in
-                    (kv.split("=", 1) for kv in rest.split(",") if kv)}
+        else:
+            name, args = methods.parse_method_spec(spec)
             m = methods.build(name, lm, args)
             runs[spec] = (m.drafter, m.policy)
     K = max((int(d.max_k) for d, _ in runs.values() if d is not None), default=0)

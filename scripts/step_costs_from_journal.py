@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -64,11 +63,12 @@ def runs_of(groups: list[dict]):
 
 
 def read_curve(path: str) -> dict[int, float]:
-    """``{block size: relative cost}`` of batch 1 from a verify-curve JSON."""
-    data = json.loads(Path(path).expanduser().read_text())
-    rel = data["relative"]
-    ys = rel.get("1") or rel[min(rel, key=int)]
-    return {int(k): float(y) for k, y in zip(data["ks"], ys)}
+    """``{block size: relative cost}`` of the smallest batch of a verify-curve JSON
+    (:func:`specjax.policies.adaptive.load_cost_curve`)."""
+    from specjax.policies.adaptive import load_cost_curve
+
+    cost = load_cost_curve(str(Path(path).expanduser()))
+    return {T: c for T, c in enumerate(cost, start=1)}
 
 
 def fit_step_costs(rows, method: str) -> tuple[dict[str, float], dict[str, int], float]:

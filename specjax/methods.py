@@ -82,17 +82,25 @@ class Method(NamedTuple):
     verifier: Any  # None: the exact rule that fits the run (see specjax.verifiers.resolve)
 
 
-def parse_method_args(items: list[str]) -> dict[str, str]:
+def parse_method_args(items: list[str], what: str = "--method-arg") -> dict[str, str]:
     out = {}
     for it in items:
         if "=" not in it:
-            raise DrafterError(f"--method-arg must look like key=value, got {it!r}")
+            raise DrafterError(f"{what} must look like key=value, got {it!r}")
         k, v = it.split("=", 1)
         k = k.strip()
         if not k:
-            raise DrafterError(f"--method-arg has an empty key: {it!r}")
+            raise DrafterError(f"{what} has an empty key: {it!r}")
         out[k] = v.strip()
     return out
+
+
+def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """``"name:key=value,key=value"`` -> ``(name, args)``; ``;`` inside a value stands for a
+    comma (``"ngram:sources=suffix;sssd"``). The form the scripts' ``--methods`` take."""
+    name, _, rest = spec.partition(":")
+    return name, parse_method_args([kv.replace(";", ",") for kv in rest.split(",") if kv],
+                                   what=f"{spec!r}: an argument")
 
 
 def base_method(name: str) -> str:

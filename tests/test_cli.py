@@ -222,3 +222,17 @@ def test_cli_speculative_method_matches_ar(tmp_path):
         assert r["new_tokens"] in (r["target_forwards"] + r["accepted"],
                                    r["target_forwards"] + r["accepted"] - 1)
     assert outs["prompt_lookup"]["accepted"] > 0
+
+
+def test_method_spec_of_the_scripts():
+    """``name:key=value,...`` (scripts/ab_methods.py, profile_decode_loop.py): ``;`` inside a
+    value is a comma; an argument without ``=`` is an error naming the spec."""
+    from specjax.drafters.base import DrafterError
+    from specjax.methods import parse_method_spec
+
+    assert parse_method_spec("prompt_lookup") == ("prompt_lookup", {})
+    assert parse_method_spec("ngram:learn=false,sources=suffix;sssd,k=8") == (
+        "ngram", {"learn": "false", "sources": "suffix,sssd", "k": "8"})
+    assert parse_method_spec("ngram:cost=1;100") == ("ngram", {"cost": "1,100"})
+    with pytest.raises(DrafterError, match="'ngram:learn'.*key=value"):
+        parse_method_spec("ngram:learn")
