@@ -113,6 +113,7 @@ def main() -> None:
                 stats = {k.split("_", 1)[1]: x[0] for k, x in ex.items()
                          if k.startswith(f"{getattr(d, 'name', '')}_")}
                 stats["drafted"] = ex.get("drafted", [0])[0]
+                stats["accepted"] = ex.get("accepted", [0])[0]
                 res[spec][i].append((r.wall_s[0], r.wall_s[0] - r.prefill_s[0],
                                      r.target_forwards[0], stats))
     print(f"{'method':44s} {'id':>5s} {'wall':>6s} {'decode':>6s} {'fwd':>4s} {'ms/fwd':>6s} "

@@ -326,7 +326,9 @@ def generate(
     _, params = nnx.split(model)
     if getattr(drafter, "begin_call", None) is not None:
         drafter.begin_call()  # what a drafter carries within one call starts afresh
-    dparams = drafter.params() if drafter is not None else None
+    # block: a host-to-device copy of what the drafter learnt (a datastore, a suffix cache)
+    # would otherwise finish inside the timed prefill
+    dparams = jax.block_until_ready(drafter.params()) if drafter is not None else None
     arrays = SamplingArrays(temperature=jnp.float32(sampling.temperature if not greedy else 1.0),
                             top_k=jnp.int32(sampling.top_k), top_p=jnp.float32(sampling.top_p))
     base_key = jax.random.key_data(jax.random.key(sampling.seed))
@@ -353,7 +355,7 @@ def generate(
     for start in range(0, len(prompts), bs):
         if (observe is not None or carry_over is not None) and start > 0:
             # what it learnt from the last batch
-            dparams = drafter.params()
+            dparams = jax.block_until_ready(drafter.params())
             if place is not None:
                 dparams = place.weights(dparams, cfg)
         chunk = prompts[start:start + bs]

@@ -109,6 +109,59 @@ def test_first_token_estimate_by_hand():
     np.testing.assert_array_equal(np.asarray(out["trials1"]), [[1, 1, 0]])
 
 
+def test_per_position_estimate_by_hand():
+    """``per_position``: each drafted position's acceptance given the ones before, shrunk
+    toward the source's pooled rate; a source whose chains break at the same depth is cut
+    there (pooled, its good runs carry it on), and the priced choice follows; the counts a
+    step adds per position agree with :func:`agreement`'s."""
+    from types import SimpleNamespace
+
+    from specjax.drafters.dynamic_exit import tpl_choice
+    from specjax.drafters.ngram import learn_from_committed, position_reach, running_alpha
+
+    # 10 chains, each right at positions 1 and 2, wrong at 3: pooled 20 accepted of 30 trials
+    K = 5
+    acc_pos = jnp.asarray([[[10.0, 10.0, 0.0, 0.0, 0.0]]])
+    trials_pos = jnp.asarray([[[10.0, 10.0, 10.0, 0.0, 0.0]]])
+    state = {"acc": jnp.asarray([[20.0]]), "trials": jnp.asarray([[30.0]]),
+             "acc_pos": acc_pos, "trials_pos": trials_pos}
+    alpha = running_alpha(state, 0.5, 2.0)
+    a = (20 + 1) / (30 + 2)
+    np.testing.assert_allclose(np.asarray(alpha), [[a]], rtol=1e-6)
+    h1 = (10 + 2 * a) / 12  # positions 1, 2; position 3: 2a / 12; 4, 5: a (no trials)
+    want = np.cumprod([h1, h1, 2 * a / 12, a, a])
+    reach = position_reach(state, alpha, 2.0)
+    np.testing.assert_allclose(np.asarray(reach)[0, 0], want, rtol=1e-6)
+    # cut at min_gain 0.3: two tokens per position (the third is 0.105); a^i would keep 2 too
+    # but a^3 = 0.28 is close: at min_gain 0.25 pooled keeps 3, per position still 2
+    assert int(np.sum(want >= 0.25)) == 2 and a ** 3 >= 0.25
+    # priced: T = 1..3 cost 1, T = 4 1.08: per position two tokens (2.83 / 1 against
+    # 2.93 / 1.08 = 2.71 for three); pooled three (2.37 / 1.08 = 2.19 against 2.09 / 1)
+    cost = jnp.asarray([1.0, 1.0, 1.0, 1.08, 3.0, 3.0])
+    _, n, _ = tpl_choice(alpha, jnp.zeros((1,)), cost, jnp.asarray([K]), reach=reach)
+    np.testing.assert_array_equal(np.asarray(n), [2])
+    _, n, _ = tpl_choice(alpha, jnp.zeros((1,)), cost, jnp.asarray([K]))
+    np.testing.assert_array_equal(np.asarray(n), [3])
+    # one step's counts: chains of 3 against the committed tokens [5, 6, 7, 8] (n_acc = 3):
+    # source 0 right twice then wrong, source 1 wrong at once, source 2 drafted nothing,
+    # source 3 right as far as it goes (two tokens: censored, no trial at position 3)
+    z, zk = jnp.zeros((1, 4), jnp.float32), jnp.zeros((1, 4, 3), jnp.float32)
+    st = {"acc": z, "trials": z, "acc_pos": zk, "trials_pos": zk,
+          "drafts": jnp.asarray([[[5, 6, 0], [9, 6, 7], [0, 0, 0], [5, 6, 0]]]),
+          "lens": jnp.asarray([[3, 3, 0, 2]])}
+    seq = jnp.asarray([[1, 2, 4, 5, 6, 7, 8, 0]])
+    ctx = SimpleNamespace(seq=seq, seq_len=jnp.asarray([7]), live=jnp.asarray([True]))
+    out = learn_from_committed(st, ctx, jnp.asarray([3]), 3, 0.9)
+    np.testing.assert_array_equal(np.asarray(out["acc_pos"])[0],
+                                  [[1, 1, 0], [0, 0, 0], [0, 0, 0], [1, 1, 0]])
+    np.testing.assert_array_equal(np.asarray(out["trials_pos"])[0],
+                                  [[1, 1, 1], [1, 0, 0], [0, 0, 0], [1, 1, 0]])
+    # a row no longer live keeps its counts
+    ctx = SimpleNamespace(seq=seq, seq_len=jnp.asarray([7]), live=jnp.asarray([False]))
+    out = learn_from_committed({**st, "trials_pos": zk + 1}, ctx, jnp.asarray([3]), 3, 0.9)
+    np.testing.assert_array_equal(np.asarray(out["trials_pos"]), np.ones((1, 4, 3)))
+
+
 def test_choice_prices_the_verify_block():
     """(source, length) by expected tokens per verify cost: a cheaper shorter block wins over
     a longer dearer one, a source's own chain length bounds it, nothing when nothing pays."""
@@ -154,13 +207,15 @@ def test_drafts_nothing_where_no_block_pays(target, prompts, plain):
     pytest.param("token_recycling", marks=pytest.mark.long),
     pytest.param("prompt_lookup", marks=pytest.mark.long),
     pytest.param("token_recycling,sssd", marks=pytest.mark.long)])
-@pytest.mark.parametrize("recycle_from", ["target", "text", "text,first_token"])
+@pytest.mark.parametrize("recycle_from", ["target", "text", "text,first_token",
+                                         "text,per_position"])
 def test_greedy_identity(target, prompts, plain, sources, recycle_from):
-    recycle_from, *first = recycle_from.split(",")  # with the first-token estimate
+    recycle_from, *estimate = recycle_from.split(",")  # first-token or per-position estimate
     m = methods.build("ngram", target, {"sources": sources, "k": "6",
                                         "recycle_from": recycle_from,
-                                        **({"first_token": "true"} if first else {})})
-    assert m.drafter.first_token == bool(first)
+                                        **{e: "true" for e in estimate}})
+    assert m.drafter.first_token == (estimate == ["first_token"])
+    assert m.drafter.per_position == (estimate == ["per_position"])
     assert m.drafter.names == tuple(sources.split(","))
     for B in (1, 3, 8):
         r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,
@@ -169,6 +224,12 @@ def test_greedy_identity(target, prompts, plain, sources, recycle_from):
     for name in m.drafter.names:  # steps that drafted from each source, per row
         assert len(r.extra[f"ngram_{name}"]) == 8
     total = sum(sum(r.extra[f"ngram_{n}"]) for n in m.drafter.names)
+    # in hindsight the best source's chain agreed at least as far as the chosen one was
+    # accepted, and at least as far as any one source's did, row by row
+    best = np.asarray(r.extra["ngram_agreed_best"])
+    assert np.all(best >= np.asarray(r.extra["accepted"])), (best, r.extra["accepted"])
+    for n in m.drafter.names:
+        assert np.all(np.asarray(r.extra[f"ngram_agreed_{n}"]) <= best)
     assert 0 < total <= sum(r.target_forwards)
     if sources == "token_recycling":  # the only source: it drafts wherever anything drafts
         assert sum(r.extra["drafted"]) > 0
@@ -233,6 +294,8 @@ def test_sampling_matches_the_target_distribution():
     ({"source_decay": "0"}, r"source_decay must be in \(0, 1\]"),
     ({"prior_weight": "-1"}, "prior_weight must be > 0"),
     ({"min_gain": "1"}, r"min_gain must be in \[0, 1\)"),
+    ({"first_token": "true", "per_position": "true"},
+     "first_token and per_position exclude each other"),
 ])
 def test_bad_options(target, args, msg):
     with pytest.raises(DrafterError, match=msg):

@@ -272,6 +272,28 @@ def test_snapshot_and_restore(target):
     assert d.datastore.num_tokens == 3 and d.datastore.lookup([1, 2]) == (3, 1, 1)
 
 
+def test_device_tables_copied_once_per_build():
+    """The drafter's params are the tables' device copy, made once per build: the same arrays
+    while the documents are unchanged, a new copy (equal to the rebuilt tables) after an
+    add or a restore."""
+    ds = Datastore(max_order=2, slots=64)
+    ds.add([1, 2, 3, 1, 2, 4])
+    first = ds.device_tables()
+    assert ds.device_tables() is first
+    for k, v in ds.tables().items():
+        np.testing.assert_array_equal(np.asarray(first[k]), v)
+    snap = ds.snapshot()
+    ds.add([1, 2, 4])  # (1, 2) -> 4 now the more frequent
+    second = ds.device_tables()
+    assert second is not first and ds.lookup([1, 2]) == (4, 2, 3)
+    for k, v in ds.tables().items():
+        np.testing.assert_array_equal(np.asarray(second[k]), v)
+    ds.restore(snap)
+    third = ds.device_tables()
+    assert third is not second
+    np.testing.assert_array_equal(np.asarray(third["next"]), np.asarray(first["next"]))
+
+
 def test_datastore_from_a_corpus(tmp_path):
     from specjax.train.corpus import _write_shard, encode_record
     from specjax.train.pool import PoolItem

@@ -76,7 +76,7 @@ def draft_token_cost(cfg, layers) -> tuple[float, ...]:
     return tuple((layer * blk + head) / full for layer in layers)
 
 
-def tpl_choice(alpha, layer_cost, verify_cost, k, first=None):
+def tpl_choice(alpha, layer_cost, verify_cost, k, first=None, reach=None):
     """DEL's argmax of tokens per unit cost over (candidate layer, length).
 
     Args:
@@ -89,12 +89,16 @@ def tpl_choice(alpha, layer_cost, verify_cost, k, first=None):
       first: optional ``float32[B, C]`` acceptance estimate of the first drafted token; the
         chance that the first ``d`` tokens are all accepted is then ``first * alpha ** (d - 1)``
         (default: ``alpha ** d``).
+      reach: optional ``float32[B, C, K]``, the chance that the first ``d = 1..K`` tokens are
+        all accepted, given outright (``alpha`` and ``first`` then give only the shape).
     Returns ``(layer_index int32[B], length int32[B], tpl float32[B])``; rows whose best is
     ``d = 0`` get layer index 0 (nothing is drafted).
     """
     K = verify_cost.shape[0] - 1
     d = jnp.arange(K + 1)
-    if first is None:
+    if reach is not None:
+        powers = jnp.concatenate([jnp.ones_like(reach[..., :1]), reach], axis=-1)
+    elif first is None:
         powers = alpha[..., None] ** d  # [B, C, K+1]: a^0 .. a^K
     else:  # 1, f, f a, f a^2, ...
         powers = jnp.where(d == 0, 1.0, first[..., None] * alpha[..., None] ** jnp.maximum(

@@ -46,6 +46,12 @@ target's probability of it, and then it is the committed token). Counts decay by
 token's given the one before (copy sources are right in runs: a chain that starts right tends
 to go on, and a source that keeps starting wrong, such as a token-recycling successor on a
 translation, no longer buys one-token blocks on the pooled rate of its good runs).
+``per_position=True`` goes further and counts every drafted position apart: the chance of
+position ``i`` given the ones before it were accepted is ``h_s,i``, from that position's own
+decayed counts shrunk toward the source's pooled ``a_s`` (with ``prior_weight``), and the
+chance of ``i`` tokens is ``h_s,1 * ... * h_s,i``. A source whose chains keep breaking at the
+same depth (suffix chains of a translation that copy a name and then diverge) is cut there,
+while one whose chains run on keeps its pooled rate past the depths it has not been tried at.
 
 Drafts are deterministic, so the verifier's exact rule keeps the output exactly plain
 decoding's (greedy) or its distribution (sampling). The method's default policy is ``fixed``
@@ -126,6 +132,10 @@ class NgramConfig:
         "help": "estimate each source's first drafted token apart from the tokens after it "
                 "(a chain that starts right tends to go on right), the chance of i tokens "
                 "first * rest^(i-1) instead of a^i"})
+    per_position: bool = dataclasses.field(default=False, metadata={
+        "help": "estimate each source's acceptance at every drafted position apart (given the "
+                "positions before it accepted, shrunk toward the source's pooled rate), the "
+                "chance of i tokens h_1 * ... * h_i; excludes first_token"})
     datastore: object = dataclasses.field(default=None, metadata={
         "help": "sssd source: a Datastore, a .npz path, a corpus directory, 'empty', or none "
                 "(the one shipped for the target; see the sssd method)"})
@@ -145,6 +155,9 @@ class NgramConfig:
         if self.recycle_from not in ("target", "text"):
             raise DrafterError(f"ngram: recycle_from must be 'target' or 'text', got "
                                f"{self.recycle_from!r}")
+        if self.first_token and self.per_position:
+            raise DrafterError("ngram: first_token and per_position exclude each other "
+                               "(per_position already counts the first position apart)")
         if self.cost is not None and (len(self.cost) < 1 or any(c <= 0 for c in self.cost)):
             raise DrafterError("ngram: cost must be a non-empty list of positive relative costs")
 
@@ -172,6 +185,16 @@ def confident_length(alpha: jax.Array, min_gain: float, K: int,
     """The most tokens ``i`` whose chance of all being accepted (:func:`reach_chance`) is at
     least ``min_gain`` (at most ``K``)."""
     return jnp.sum(reach_chance(alpha, K, first) >= min_gain, axis=-1).astype(jnp.int32)
+
+
+def position_reach(state, alpha: jax.Array, weight: float) -> jax.Array:
+    """``[B, S, K]``: the chance that a source's first ``i = 1..K`` drafted tokens are all
+    accepted, the product of each position's conditional estimate (``state``'s ``acc_pos`` /
+    ``trials_pos``, counted by :func:`learn_from_committed`) shrunk toward the source's pooled
+    ``alpha [B, S]`` with ``weight`` drafted tokens."""
+    h = ((state["acc_pos"] + alpha[..., None] * weight)
+         / (state["trials_pos"] + weight))
+    return jnp.cumprod(h, axis=-1)
 
 
 def agreement(drafts: jax.Array, lens: jax.Array, committed: jax.Array, n_committed):
@@ -202,10 +225,15 @@ def learn_from_committed(state, ctx, n_acc, K: int, decay: float) -> dict:
     """``state`` with its per-source counts after a step: every source's stored chain
     (``drafts [B, S, K]``, ``lens [B, S]``) compared with the tokens the step committed after
     the root (the accepted nodes, then the new pending token: :func:`agreement`), old counts
-    decayed by ``decay``; rows no longer live keep theirs. A state with ``acc1`` / ``trials1``
-    also counts the first drafted position apart (a trial when the chain had a token there,
-    accepted when it agreed); the positions after it are then ``acc - acc1`` accepted of
-    ``trials - trials1``."""
+    decayed by ``decay``; rows no longer live keep theirs. A state with ``agreed [B, S]`` and
+    ``best_agreed [B]`` adds up, undecayed, each source's agreeing tokens and the most of any
+    source's per step (what choosing the best source in hindsight would have had accepted,
+    at least: a chain that agrees as far as the committed tokens go is counted that far).
+    A state with ``acc1`` / ``trials1`` also counts the first drafted position apart (a trial
+    when the chain had a token there, accepted when it agreed); the positions after it are
+    then ``acc - acc1`` accepted of ``trials - trials1``. A state with ``acc_pos`` /
+    ``trials_pos`` (``[B, S, K]``) counts every position apart: a trial where the chain had a
+    token and all before it were accepted, accepted when it agreed."""
     start = ctx.seq_len - 1 - n_acc  # index of the first token after the root
     idx = jnp.clip(start[:, None] + jnp.arange(K + 1)[None], 0, ctx.seq.shape[1] - 1)
     committed = jnp.take_along_axis(ctx.seq, idx, axis=1)
@@ -218,6 +246,18 @@ def learn_from_committed(state, ctx, n_acc, K: int, decay: float) -> dict:
         acc1, trials1 = jnp.minimum(acc, 1.0), jnp.minimum(trials, 1.0)
         out["acc1"] = jnp.where(live, decay * state["acc1"] + acc1, state["acc1"])
         out["trials1"] = jnp.where(live, decay * state["trials1"] + trials1, state["trials1"])
+    if "agreed" in state:  # undecayed totals, for the run's counters
+        m = jnp.where(live, acc, 0.0).astype(jnp.int32)
+        out["agreed"] = state["agreed"] + m
+        out["best_agreed"] = state["best_agreed"] + jnp.max(m, axis=1)
+    if "acc_pos" in state:
+        pos = jnp.arange(K, dtype=jnp.float32)
+        acc_i = (pos < acc[..., None]).astype(jnp.float32)  # [B, S, K]
+        trials_i = (pos < trials[..., None]).astype(jnp.float32)
+        live3 = live[..., None]
+        out["acc_pos"] = jnp.where(live3, decay * state["acc_pos"] + acc_i, state["acc_pos"])
+        out["trials_pos"] = jnp.where(live3, decay * state["trials_pos"] + trials_i,
+                                      state["trials_pos"])
     return out
 
 
@@ -247,6 +287,7 @@ class NgramDrafter:
     recycle_from: str = "text"
     capacity: int = 0
     first_token: bool = False
+    per_position: bool = False
     tree: None = None
     name: str = "ngram"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
@@ -266,7 +307,8 @@ class NgramDrafter:
                 f"prior_weight={self.prior_weight} source_decay={self.source_decay} "
                 f"priced={self.cost is not None}"
                 # only when set, so journals of the earlier default still continue
-                + (" first_token=True" if self.first_token else ""))
+                + (" first_token=True" if self.first_token else "")
+                + (" per_position=True" if self.per_position else ""))
 
     def _learners(self):
         """The sources that keep host-side text across calls (suffix cache, datastore)."""
@@ -282,9 +324,13 @@ class NgramDrafter:
                      for d, p in zip(self.sources, params))
         zf = jnp.zeros((B, S), jnp.float32)
         first = {"acc1": zf, "trials1": zf} if self.first_token else {}  # counted only then
+        if self.per_position:
+            zk = jnp.zeros((B, S, K), jnp.float32)
+            first = {"acc_pos": zk, "trials_pos": zk}
         return {"subs": subs, "acc": zf, "trials": zf, **first,
                 "drafts": jnp.zeros((B, S, K), jnp.int32), "lens": jnp.zeros((B, S), jnp.int32),
-                "chosen": jnp.zeros((B, S), jnp.int32),
+                "chosen": jnp.zeros((B, S), jnp.int32), "agreed": jnp.zeros((B, S), jnp.int32),
+                "best_agreed": jnp.zeros((B,), jnp.int32),
                 "tokens": jnp.zeros((B, K), jnp.int32), "n": jnp.zeros((B,), jnp.int32)}
 
     def plan(self, params, target, state, ctx: StepContext, k, greedy):
@@ -299,20 +345,17 @@ class NgramDrafter:
             lens.append(jnp.sum(tree.valid, axis=1).astype(jnp.int32))
         drafts = jnp.stack(drafts, axis=1)  # [B, S, K]
         lens = jnp.stack(lens, axis=1)  # [B, S]
-        if self.first_token:
-            first, alpha = first_and_rest(state, self.prior, self.prior_weight)
-        else:
-            first, alpha = None, running_alpha(state, self.prior, self.prior_weight)
-        cut = jnp.minimum(lens, confident_length(alpha, self.min_gain, self.max_k, first))
+        reach = self._reach(state)  # [B, S, K]
+        i = jnp.arange(1, self.max_k + 1)
+        cut = jnp.minimum(lens, jnp.sum(reach >= self.min_gain, axis=-1).astype(jnp.int32))
         B = drafts.shape[0]
         if self.cost is None:  # the most expected accepted tokens (ties: the first source)
-            src = jnp.argmax(expected_accepted(alpha, cut, self.max_k, first), axis=1)
+            src = jnp.argmax(jnp.sum(jnp.where(i <= cut[..., None], reach, 0.0), -1), axis=1)
             n = cut[jnp.arange(B), src]
         else:  # the most expected tokens per verify cost, over (source, length), 0 included
             S = len(self.sources)
-            src, n, _ = tpl_choice(alpha, jnp.zeros((S,), jnp.float32),
-                                   bucketed_cost(self.cost, self.max_k),
-                                   cut, first=first)
+            src, n, _ = tpl_choice(reach[..., 0], jnp.zeros((S,), jnp.float32),
+                                   bucketed_cost(self.cost, self.max_k), cut, reach=reach)
         tokens = drafts[jnp.arange(B), src]
         n = jnp.where(ctx.live, n, 0)
         chosen = state["chosen"] + (jax.nn.one_hot(src, len(self.sources), dtype=jnp.int32)
@@ -320,6 +363,17 @@ class NgramDrafter:
         state = {**state, "subs": tuple(subs), "drafts": drafts, "lens": lens,
                  "chosen": chosen, "tokens": tokens, "n": n}
         return n, state
+
+    def _reach(self, state) -> jax.Array:
+        """``[B, S, K]`` each source's chance that its first ``i`` drafted tokens are all
+        accepted, by the estimate the options choose."""
+        if self.first_token:
+            first, rest = first_and_rest(state, self.prior, self.prior_weight)
+            return reach_chance(rest, self.max_k, first)
+        alpha = running_alpha(state, self.prior, self.prior_weight)
+        if self.per_position:
+            return position_reach(state, alpha, self.prior_weight)
+        return reach_chance(alpha, self.max_k)
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         # the chain ``plan`` chose this step; deterministic drafts: no stop hook
@@ -344,8 +398,16 @@ class NgramDrafter:
 
     # host side, called by generate
     def stats(self, state) -> dict:
-        """Steps that drafted from each source, per row (``ngram_<source>``)."""
-        return {f"ngram_{n}": state["chosen"][:, i] for i, n in enumerate(self.names)}
+        """Per row: steps that drafted from each source (``ngram_<source>``); tokens of each
+        source's chain that agreed with what was committed, chosen or not
+        (``ngram_agreed_<source>``); and the sum over steps of the most any source's chain
+        agreed (``ngram_agreed_best``: accepted tokens had each step taken the best source in
+        hindsight, at least, with no cut or price; set against ``accepted``)."""
+        out = {f"ngram_{n}": state["chosen"][:, i] for i, n in enumerate(self.names)}
+        out.update({f"ngram_agreed_{n}": state["agreed"][:, i]
+                    for i, n in enumerate(self.names)})
+        out["ngram_agreed_best"] = state["best_agreed"]
+        return out
 
     def observe(self, prompts, outputs):
         for d in self._learners():
@@ -396,5 +458,6 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
                         source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain),
                         cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm),
                         recycle_from=cfg.recycle_from, first_token=bool(cfg.first_token),
+                        per_position=bool(cfg.per_position),
                         capacity=next((d.capacity for d, n in zip(subs, cfg.sources)
                                        if n == "suffix"), 0))
