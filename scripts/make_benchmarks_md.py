@@ -681,10 +681,14 @@ def main():
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
+                        ("bench_spec_bench_model_free_5_behind", "Model-free drafters on "
+                         "the three Spec-Bench categories where `ngram` trailed, after the "
+                         "datastore's device copy left the timed prefill (30 questions, 2 "
+                         "repeats)"),
                         ("bench_spec_bench_model_free_4", "Model-free drafters on Spec-Bench, "
                                                           "fourth run: prompt lookup and "
                                                           "`ngram`, 2 repeats, after the "
-                                                          "drafter plan hook (in progress)"),
+                                                          "drafter plan hook"),
                         ("bench_spec_bench_model_free_3", "Model-free drafters on Spec-Bench "
                                                           "(10 questions per category, 128 "
                                                           "tokens)"),

@@ -323,11 +323,13 @@ class NgramDrafter:
         subs = tuple(d.init(p, target, prompt_tokens, prompt_lens, cache_len, features)
                      for d, p in zip(self.sources, params))
         zf = jnp.zeros((B, S), jnp.float32)
-        first = {"acc1": zf, "trials1": zf} if self.first_token else {}  # counted only then
+        counts = {}  # the options' own counts, kept only when asked for
+        if self.first_token:
+            counts = {"acc1": zf, "trials1": zf}
         if self.per_position:
             zk = jnp.zeros((B, S, K), jnp.float32)
-            first = {"acc_pos": zk, "trials_pos": zk}
-        return {"subs": subs, "acc": zf, "trials": zf, **first,
+            counts = {"acc_pos": zk, "trials_pos": zk}
+        return {"subs": subs, "acc": zf, "trials": zf, **counts,
                 "drafts": jnp.zeros((B, S, K), jnp.int32), "lens": jnp.zeros((B, S), jnp.int32),
                 "chosen": jnp.zeros((B, S), jnp.int32), "agreed": jnp.zeros((B, S), jnp.int32),
                 "best_agreed": jnp.zeros((B,), jnp.int32),
