@@ -294,6 +294,45 @@ def test_device_tables_copied_once_per_build():
     np.testing.assert_array_equal(np.asarray(third["next"]), np.asarray(first["next"]))
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tables_updated_in_place_of_a_build(seed):
+    """Documents added and evicted are counted into built tables (:func:`update_tables`),
+    deciding again only the slots they touch: the tables equal a build of the documents from
+    scratch after every change, with slots shared by many contexts (64 slots, a vocabulary of
+    6) and ties; the datastore takes that path for changes under a quarter of its tokens."""
+    from specjax.drafters.sssd import _build, update_tables
+
+    rng = np.random.default_rng(seed)
+    docs = [rng.integers(0, 6, rng.integers(1, 40)).astype(np.int32) for _ in range(30)]
+    tables, pairs = _build(docs[:20], 3, 64)
+    live = list(docs[:20])
+    for step in range(8):  # add two, evict the oldest one
+        added = docs[20 + step:21 + step] + [rng.integers(0, 6, 9).astype(np.int32)]
+        removed = live[:1]
+        before = {k: v.copy() for k, v in tables.items()}
+        tables, pairs = update_tables(tables, pairs, added, removed, 64)
+        live = live[1:] + added
+        want = build_tables(live, 3, 64)
+        for k in want:
+            np.testing.assert_array_equal(tables[k], want[k], err_msg=f"{k} at step {step}")
+        assert any((before[k] != tables[k]).any() for k in want)  # something changed
+    # through the datastore: small changes update, evictions too, lookups see them
+    ds = Datastore(max_order=3, slots=64, max_tokens=400)
+    ds.extend(docs[:20])
+    first = ds.tables()
+    ds.add([5, 5, 5, 1])
+    assert ds._added and ds.tables() is not first and not ds._added
+    want = build_tables(list(ds._docs), 3, 64)
+    for k in want:
+        np.testing.assert_array_equal(ds.tables()[k], want[k])
+    for d in docs[20:]:
+        ds.add(d)
+    assert ds.evicted > 0
+    want = build_tables(list(ds._docs), 3, 64)
+    for k in want:
+        np.testing.assert_array_equal(ds.tables()[k], want[k])
+
+
 def test_datastore_from_a_corpus(tmp_path):
     from specjax.train.corpus import _write_shard, encode_record
     from specjax.train.pool import PoolItem

@@ -33,8 +33,9 @@ at 1.21 one-token forwards; the 9-token block costs 1.74), 3 at batch 2, 1 at ba
 none from 5 (curve of 2026-11-28): drafting backs off where verifying stops being cheap.
 
 **The datastore** (:class:`Datastore`) is host side: token documents (bounded, FIFO eviction)
-from which the hash tables are built with numpy (about a second per million tokens) and
-passed into the loop as arrays of a fixed size (``slots`` per order, a power of two; a
+from which the hash tables are built with numpy (about a second per million tokens; after
+that, the documents it learns and evicts are counted into the built tables, deciding again only
+the slots they touch) and passed into the loop as arrays of a fixed size (``slots`` per order, a power of two; a
 colliding context keeps the slot if it is the more frequent one), so growing the datastore
 never recompiles. It learns every output after its batch (``observe``; ``learn=False`` turns
 it off), is saved and loaded as a ``.npz`` file recording the vocabulary and tokenizer it
@@ -103,61 +104,137 @@ def context_hash(ctx, xp=np):
     return out[0], out[1]
 
 
+def _aggregate(key, tok, cnt, mask):
+    """``(key, tok, cnt)`` with the counts of equal (context key, next token) pairs summed,
+    pairs whose count is 0 dropped, sorted by (slot, key, token): a slot's contexts together,
+    each context's pairs together."""
+    if key.size == 0:
+        return key, tok, cnt
+    slot = (key >> np.uint64(32)) & np.uint64(mask)
+    order = np.lexsort((tok, key, slot))
+    key, tok, cnt = key[order], tok[order], cnt[order]
+    new = np.ones(key.size, bool)
+    new[1:] = (key[1:] != key[:-1]) | (tok[1:] != tok[:-1])
+    starts = np.flatnonzero(new)
+    cnt = np.add.reduceat(cnt, starts)
+    key, tok = key[starts], tok[starts]
+    keep = cnt != 0
+    return key[keep], tok[keep], cnt[keep]
+
+
+def _order_pairs(text: np.ndarray, n: int, mask: int):
+    """Order ``n``'s (context key, next token, count) pairs of ``text`` (documents joined by
+    -1: a window touching a -1 is not a context), by :func:`_aggregate`."""
+    empty = (np.zeros(0, np.uint64), np.zeros(0, np.int32), np.zeros(0, np.int32))
+    if text.size <= n:
+        return empty
+    win = np.lib.stride_tricks.sliding_window_view(text, n + 1)  # [P, n + 1]
+    win = win[np.all(win >= 0, axis=1)]
+    if win.shape[0] == 0:
+        return empty
+    h1, h2 = context_hash(win[:, :n], np)
+    key = (h1.astype(np.uint64) << np.uint64(32)) | h2.astype(np.uint64)
+    return _aggregate(key, win[:, n].astype(np.int32), np.ones(key.size, np.int32), mask)
+
+
+def _slot_winners(key, tok, cnt, mask):
+    """From pairs sorted as :func:`_aggregate` leaves them: per slot the context that holds
+    it, ``(slot, check, next, count, total)``. A context's ``next`` is its most frequent token
+    (ties: the smallest id); a slot shared by several contexts goes to the one whose next
+    token was seen most often, then the one seen most often (ties: the smallest key)."""
+    if key.size == 0:
+        z = np.zeros(0, np.int64)
+        return z, z.astype(np.int32), z, z, z
+    new_ctx = np.ones(key.size, bool)
+    new_ctx[1:] = key[1:] != key[:-1]
+    cstarts = np.flatnonzero(new_ctx)
+    ctx_total = np.add.reduceat(cnt, cstarts)
+    ctx_id = np.cumsum(new_ctx) - 1
+    best = np.lexsort((tok, -cnt, ctx_id))  # by context, then count desc, id asc
+    first = best[np.flatnonzero(np.r_[True, ctx_id[best][1:] != ctx_id[best][:-1]])]
+    c_key, c_tok, c_cnt = key[first], tok[first], cnt[first]
+    slot = ((c_key >> np.uint64(32)) & np.uint64(mask)).astype(np.int64)
+    win_order = np.lexsort((-ctx_total, -c_cnt, slot))  # by slot, then most frequent
+    keep = win_order[np.flatnonzero(np.r_[True, slot[win_order][1:] !=
+                                            slot[win_order][:-1]])]
+    check = (c_key[keep] & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32)
+    top = np.iinfo(np.int32).max
+    return (slot[keep], check, c_tok[keep], np.minimum(c_cnt[keep], top),
+            np.minimum(ctx_total[keep], top))
+
+
+def _write_winners(tables: dict, row: int, winners) -> None:
+    s, check, nxt, count, total = winners
+    tables["check"][row, s] = check
+    tables["next"][row, s] = nxt
+    tables["count"][row, s] = count
+    tables["total"][row, s] = total
+
+
+def _empty_tables(max_order: int, slots: int) -> dict:
+    return {k: np.zeros((max_order, slots), np.int32) for k in ("check", "next", "count",
+                                                               "total")}
+
+
+def _joined(docs: Sequence[np.ndarray]) -> np.ndarray:
+    docs = [np.asarray(d, np.int32) for d in docs if len(d) >= 2]
+    if not docs:
+        return np.zeros(0, np.int32)
+    return np.concatenate([np.append(d, -1) for d in docs]).astype(np.int32)
+
+
+def _build(docs: Sequence[np.ndarray], max_order: int, slots: int) -> tuple[dict, list]:
+    """The tables of ``docs`` and each order's pairs (:func:`_order_pairs`)."""
+    tables = _empty_tables(max_order, slots)
+    text = _joined(docs)
+    pairs = []
+    for n in range(1, max_order + 1):
+        pairs.append(_order_pairs(text, n, slots - 1))
+        _write_winners(tables, n - 1, _slot_winners(*pairs[-1], slots - 1))
+    return tables, pairs
+
+
 def build_tables(docs: Sequence[np.ndarray], max_order: int, slots: int) -> dict:
     """The hash tables of ``docs`` (int32 token arrays): ``check, next, count, total``, each
     ``int32[max_order, slots]`` (order ``n`` in row ``n - 1``); ``count == 0`` marks an empty
     slot. ``next`` is the most frequent token after the context (ties: the smallest id),
     ``count`` its count and ``total`` the context's count."""
-    check = np.zeros((max_order, slots), np.int32)
-    nxt = np.zeros((max_order, slots), np.int32)
-    count = np.zeros((max_order, slots), np.int32)
-    total = np.zeros((max_order, slots), np.int32)
-    docs = [np.asarray(d, np.int32) for d in docs if len(d) >= 2]
-    if not docs:
-        return {"check": check, "next": nxt, "count": count, "total": total}
-    # one text with a -1 between documents; a window touching a -1 is not a context
-    text = np.concatenate([np.append(d, -1) for d in docs]).astype(np.int32)
-    mask = np.uint32(slots - 1)
-    for n in range(1, max_order + 1):
-        if text.size <= n:
-            break
-        win = np.lib.stride_tricks.sliding_window_view(text, n + 1)  # [P, n + 1]
-        ok = np.all(win >= 0, axis=1)
-        win = win[ok]
-        if win.shape[0] == 0:
+    return _build(docs, max_order, slots)[0]
+
+
+def update_tables(tables: dict, pairs: list, added: Sequence[np.ndarray],
+                  removed: Sequence[np.ndarray], slots: int) -> tuple[dict, list]:
+    """The tables and pairs of :func:`_build` after documents are ``added`` and ``removed``
+    (each one of the documents built from), without building again: only the slots whose
+    contexts' counts changed are decided again. New arrays; ``tables`` and ``pairs`` are left
+    as they were. The same tables as :func:`build_tables` of the new documents."""
+    mask = slots - 1
+    out = {k: v.copy() for k, v in tables.items()}
+    new_pairs = []
+    plus, minus = _joined(added), _joined(removed)
+    for n, (key, tok, cnt) in enumerate(pairs, start=1):
+        pk, pt, pc = _order_pairs(plus, n, mask)
+        mk, mt, mc = _order_pairs(minus, n, mask)
+        dk, dt, dc = _aggregate(np.concatenate([pk, mk]), np.concatenate([pt, mt]),
+                                np.concatenate([pc, -mc]), mask)
+        touched = np.unique(np.concatenate([
+            (pk >> np.uint64(32)) & np.uint64(mask), (mk >> np.uint64(32)) & np.uint64(mask)]))
+        if touched.size == 0:
+            new_pairs.append((key, tok, cnt))
             continue
-        h1, h2 = context_hash(win[:, :n], np)
-        key = (h1.astype(np.uint64) << np.uint64(32)) | h2.astype(np.uint64)
-        tok = win[:, n].astype(np.int64)
-        order = np.lexsort((tok, key))
-        key, tok, h1, h2 = key[order], tok[order], h1[order], h2[order]
-        # (context, next) pairs and their counts
-        new_pair = np.ones(key.size, bool)
-        new_pair[1:] = (key[1:] != key[:-1]) | (tok[1:] != tok[:-1])
-        starts = np.flatnonzero(new_pair)
-        pair_count = np.diff(np.append(starts, key.size))
-        pkey, ptok, ph1, ph2 = key[starts], tok[starts], h1[starts], h2[starts]
-        # per context: its total and its most frequent next token (ties: smallest id)
-        new_ctx = np.ones(pkey.size, bool)
-        new_ctx[1:] = pkey[1:] != pkey[:-1]
-        cstarts = np.flatnonzero(new_ctx)
-        ctx_total = np.add.reduceat(pair_count, cstarts)
-        ctx_id = np.cumsum(new_ctx) - 1
-        best = np.lexsort((ptok, -pair_count, ctx_id))  # by context, then count desc, id asc
-        first = best[np.flatnonzero(np.r_[True, ctx_id[best][1:] != ctx_id[best][:-1]])]
-        c_h1, c_h2 = ph1[first], ph2[first]
-        c_tok, c_cnt = ptok[first], pair_count[first]
-        # a slot shared by several contexts goes to the one seen most often
-        slot = (c_h1 & mask).astype(np.int64)
-        win_order = np.lexsort((-ctx_total, -c_cnt, slot))  # by slot, then most frequent
-        keep = win_order[np.flatnonzero(np.r_[True, slot[win_order][1:] !=
-                                                slot[win_order][:-1]])]
-        s = slot[keep]
-        check[n - 1, s] = c_h2[keep].view(np.int32)
-        nxt[n - 1, s] = c_tok[keep]
-        count[n - 1, s] = np.minimum(c_cnt[keep], np.iinfo(np.int32).max)
-        total[n - 1, s] = np.minimum(ctx_total[keep], np.iinfo(np.int32).max)
-    return {"check": check, "next": nxt, "count": count, "total": total}
+        slot = (key >> np.uint64(32)) & np.uint64(mask)
+        hit = np.isin(slot, touched)
+        seg = _aggregate(np.concatenate([key[hit], dk]), np.concatenate([tok[hit], dt]),
+                         np.concatenate([cnt[hit], dc]), mask)
+        rest = key[~hit], tok[~hit], cnt[~hit]
+        at = np.searchsorted((rest[0] >> np.uint64(32)) & np.uint64(mask),
+                             (seg[0] >> np.uint64(32)) & np.uint64(mask))
+        new_pairs.append(tuple(np.insert(r, at, g) for r, g in zip(rest, seg)))
+        t = touched.astype(np.int64)
+        for k in out:
+            out[k][n - 1, t] = 0
+        _write_winners(out, n - 1, _slot_winners(*seg, mask))
+    return out, new_pairs
 
 
 def _corpus_records(path: Path) -> list[dict]:
@@ -210,7 +287,10 @@ class Datastore:
         self._docs: collections.deque[np.ndarray] = collections.deque()
         self._tokens = 0
         self.evicted = 0
-        self._tables = None  # built lazily, dropped when the documents change
+        self._tables = None  # built lazily; after a build, documents added and evicted
+        self._pairs = None  # are counted in (update_tables) when next asked for
+        self._added: list[np.ndarray] = []
+        self._removed: list[np.ndarray] = []
         self._device = None  # (the tables it copies, their device copy)
 
     # -------------------------------------------------------------------------- contents
@@ -244,21 +324,35 @@ class Datastore:
             raise DrafterError(f"sssd datastore: token ids must be in [0, "
                                f"{self.vocab_size or 'vocab'}), got [{doc.min()}, {doc.max()}]")
         doc = doc[-self.max_tokens:]
+        built = self._tables is not None
         while self._docs and self._tokens + doc.size > self.max_tokens:
-            self._tokens -= self._docs.popleft().size
+            old = self._docs.popleft()
+            self._tokens -= old.size
             self.evicted += 1
+            if built:
+                self._removed.append(old)
         self._docs.append(doc)
         self._tokens += doc.size
-        self._tables = None
+        if built:
+            self._added.append(doc)
 
     def extend(self, docs: Iterable[Sequence[int]]):
         for d in docs:
             self.add(d)
 
     def tables(self) -> dict:
-        """The hash tables (numpy), built on first use after a change."""
-        if self._tables is None:
-            self._tables = build_tables(list(self._docs), self.max_order, self.slots)
+        """The hash tables (numpy), built on first use; documents added or evicted since are
+        counted in (:func:`update_tables`: the shipped 1.8M-token datastore takes 2.5 s to
+        build on a 2-core CPU, one answer's update a small part of that), or the tables are
+        built again when the change is over a quarter of the documents' tokens. New arrays
+        whenever they change."""
+        changed = sum(d.size for d in self._added) + sum(d.size for d in self._removed)
+        if self._tables is None or changed > max(self._tokens, 1) // 4:
+            self._tables, self._pairs = _build(list(self._docs), self.max_order, self.slots)
+        elif changed:
+            self._tables, self._pairs = update_tables(self._tables, self._pairs, self._added,
+                                                      self._removed, self.slots)
+        self._added, self._removed = [], []
         return self._tables
 
     def device_tables(self) -> dict:
@@ -289,7 +383,8 @@ class Datastore:
     def restore(self, snap):
         docs, self._tokens, self.evicted = snap
         self._docs = collections.deque(docs)
-        self._tables = None
+        self._tables = self._pairs = None
+        self._added, self._removed = [], []
 
     # -------------------------------------------------------------------------- files
     def save(self, path: str | os.PathLike | None = None) -> Path:
