@@ -34,13 +34,14 @@ none from 5 (curve of 2026-11-28): drafting backs off where verifying stops bein
 
 **The datastore** (:class:`Datastore`) is host side: token documents (bounded, FIFO eviction)
 from which the hash tables are built with numpy (about a second per million tokens; after
-that, the documents it learns and evicts are counted into the built tables, deciding again only
-the slots they touch) and passed into the loop as arrays of a fixed size (``slots`` per order, a power of two; a
-colliding context keeps the slot if it is the more frequent one), so growing the datastore
-never recompiles. It learns every output after its batch (``observe``; ``learn=False`` turns
-it off), is saved and loaded as a ``.npz`` file recording the vocabulary and tokenizer it
-was built with (another tokenizer, another format version or a corrupt file is refused with
-an error naming the file), and a datastore for SmolLM2-135M ships with specjax.
+that, the documents it learns and evicts are counted into the built tables, deciding again
+only the slots they touch) and passed into the loop as arrays of a fixed size (``slots`` per
+order, a power of two; a colliding context keeps the slot if it is the more frequent one), so
+growing the datastore never recompiles. It learns every output after its batch (``observe``;
+``learn=False`` turns it off), is saved and loaded as a ``.npz`` file recording the
+vocabulary and tokenizer it was built with (another tokenizer, another format version or a
+corrupt file is refused with an error naming the file), and a datastore for SmolLM2-135M
+ships with specjax.
 
 Drafts are deterministic given the context and the datastore, so verification is exact
 (greedy: the plain-decoding tokens; sampling: the deterministic-candidate rule).
