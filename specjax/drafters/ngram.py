@@ -175,16 +175,27 @@ def expected_accepted(alpha: jax.Array, n: jax.Array, K: int,
                       first: jax.Array | None = None) -> jax.Array:
     """``sum_{i=1..n} alpha ** i`` (``alpha``, ``n``: ``[..., S]``; with ``first``:
     ``sum_{i=1..n} first * alpha ** (i - 1)``)."""
-    i = jnp.arange(1, K + 1, dtype=jnp.float32)
-    terms = reach_chance(alpha, K, first)
-    return jnp.sum(jnp.where(i <= n[..., None].astype(jnp.float32), terms, 0.0), axis=-1)
+    return reach_sum(reach_chance(alpha, K, first), n)
 
 
 def confident_length(alpha: jax.Array, min_gain: float, K: int,
                      first: jax.Array | None = None) -> jax.Array:
     """The most tokens ``i`` whose chance of all being accepted (:func:`reach_chance`) is at
     least ``min_gain`` (at most ``K``)."""
-    return jnp.sum(reach_chance(alpha, K, first) >= min_gain, axis=-1).astype(jnp.int32)
+    return reach_length(reach_chance(alpha, K, first), min_gain)
+
+
+def reach_sum(reach: jax.Array, n: jax.Array) -> jax.Array:
+    """``sum_{i=1..n} reach[..., i - 1]``: the expected accepted tokens of an ``n``-token
+    draft whose first ``i`` tokens are all accepted with chance ``reach [..., K]``."""
+    i = jnp.arange(1, reach.shape[-1] + 1)
+    return jnp.sum(jnp.where(i <= n[..., None], reach, 0.0), axis=-1)
+
+
+def reach_length(reach: jax.Array, min_gain: float) -> jax.Array:
+    """The most tokens ``i`` with ``reach[..., i - 1] >= min_gain`` (``reach`` falls with
+    ``i``)."""
+    return jnp.sum(reach >= min_gain, axis=-1).astype(jnp.int32)
 
 
 def position_reach(state, alpha: jax.Array, weight: float) -> jax.Array:
@@ -348,11 +359,10 @@ class NgramDrafter:
         drafts = jnp.stack(drafts, axis=1)  # [B, S, K]
         lens = jnp.stack(lens, axis=1)  # [B, S]
         reach = self._reach(state)  # [B, S, K]
-        i = jnp.arange(1, self.max_k + 1)
-        cut = jnp.minimum(lens, jnp.sum(reach >= self.min_gain, axis=-1).astype(jnp.int32))
+        cut = jnp.minimum(lens, reach_length(reach, self.min_gain))
         B = drafts.shape[0]
         if self.cost is None:  # the most expected accepted tokens (ties: the first source)
-            src = jnp.argmax(jnp.sum(jnp.where(i <= cut[..., None], reach, 0.0), -1), axis=1)
+            src = jnp.argmax(reach_sum(reach, cut), axis=1)
             n = cut[jnp.arange(B), src]
         else:  # the most expected tokens per verify cost, over (source, length), 0 included
             S = len(self.sources)

@@ -105,14 +105,18 @@ def context_hash(ctx, xp=np):
     return out[0], out[1]
 
 
+def _slot(key, mask):
+    """The table slot of each context ``key`` (its slot hash's low bits)."""
+    return (key >> np.uint64(32)) & np.uint64(mask)
+
+
 def _aggregate(key, tok, cnt, mask):
     """``(key, tok, cnt)`` with the counts of equal (context key, next token) pairs summed,
     pairs whose count is 0 dropped, sorted by (slot, key, token): a slot's contexts together,
     each context's pairs together."""
     if key.size == 0:
         return key, tok, cnt
-    slot = (key >> np.uint64(32)) & np.uint64(mask)
-    order = np.lexsort((tok, key, slot))
+    order = np.lexsort((tok, key, _slot(key, mask)))
     key, tok, cnt = key[order], tok[order], cnt[order]
     new = np.ones(key.size, bool)
     new[1:] = (key[1:] != key[:-1]) | (tok[1:] != tok[:-1])
@@ -154,7 +158,7 @@ def _slot_winners(key, tok, cnt, mask):
     best = np.lexsort((tok, -cnt, ctx_id))  # by context, then count desc, id asc
     first = best[np.flatnonzero(np.r_[True, ctx_id[best][1:] != ctx_id[best][:-1]])]
     c_key, c_tok, c_cnt = key[first], tok[first], cnt[first]
-    slot = ((c_key >> np.uint64(32)) & np.uint64(mask)).astype(np.int64)
+    slot = _slot(c_key, mask).astype(np.int64)
     win_order = np.lexsort((-ctx_total, -c_cnt, slot))  # by slot, then most frequent
     keep = win_order[np.flatnonzero(np.r_[True, slot[win_order][1:] !=
                                             slot[win_order][:-1]])]
@@ -218,18 +222,15 @@ def update_tables(tables: dict, pairs: list, added: Sequence[np.ndarray],
         mk, mt, mc = _order_pairs(minus, n, mask)
         dk, dt, dc = _aggregate(np.concatenate([pk, mk]), np.concatenate([pt, mt]),
                                 np.concatenate([pc, -mc]), mask)
-        touched = np.unique(np.concatenate([
-            (pk >> np.uint64(32)) & np.uint64(mask), (mk >> np.uint64(32)) & np.uint64(mask)]))
+        touched = np.unique(_slot(dk, mask))  # slots whose contexts' counts changed
         if touched.size == 0:
             new_pairs.append((key, tok, cnt))
             continue
-        slot = (key >> np.uint64(32)) & np.uint64(mask)
-        hit = np.isin(slot, touched)
+        hit = np.isin(_slot(key, mask), touched)
         seg = _aggregate(np.concatenate([key[hit], dk]), np.concatenate([tok[hit], dt]),
                          np.concatenate([cnt[hit], dc]), mask)
         rest = key[~hit], tok[~hit], cnt[~hit]
-        at = np.searchsorted((rest[0] >> np.uint64(32)) & np.uint64(mask),
-                             (seg[0] >> np.uint64(32)) & np.uint64(mask))
+        at = np.searchsorted(_slot(rest[0], mask), _slot(seg[0], mask))
         new_pairs.append(tuple(np.insert(r, at, g) for r, g in zip(rest, seg)))
         t = touched.astype(np.int64)
         for k in out:
@@ -357,12 +358,11 @@ class Datastore:
         return self._tables
 
     def device_tables(self) -> dict:
-        """The hash tables as device arrays, copied once per build (64 MB at the defaults:
-        25-50 ms on a 2-core CPU, which a copy made on every call put into the next call's
-        prefill, the copy being asynchronous)."""
+        """The hash tables as device arrays, copied once per change (64 MB at the defaults:
+        25-50 ms on a 2-core CPU; ``generate`` waits for the copy before its timed prefill)."""
         t = self.tables()
         if self._device is None or self._device[0] is not t:
-            self._device = (t, jax.block_until_ready({k: jnp.asarray(v) for k, v in t.items()}))
+            self._device = (t, {k: jnp.asarray(v) for k, v in t.items()})
         return self._device[1]
 
     def lookup(self, context: Sequence[int]) -> tuple[int, int, int] | None:
