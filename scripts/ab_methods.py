@@ -66,29 +66,12 @@ def main() -> None:
                              "or --warm-journal")
     warm = {}  # (spec, question id) -> the drafter's snapshot before that question
     if a.warm_journal is not None:
-        from specjax.bench.journal import read_journal
+        from specjax.bench.journal import warm_snapshots
 
-        _, groups = read_journal(a.warm_journal)
-        done = []  # (prompt tokens, answer) in journal order
-        position = {}  # question id -> its index in ``done``
-        for g in groups:
-            r = next(r for r in g["runs"] if r["method"] == "ar")
-            for pid, toks in zip(r["prompt_ids"], r["tokens"]):
-                position[str(pid)] = len(done)
-                q = byid.get(str(pid))
-                if q is None:
-                    raise SystemExit(f"journal question {pid} is not in {a.prompts}")
-                done.append((lm.tokenizer.encode_chat(q["prompt"]), toks))
         for spec, (d, _, _) in built.items():
-            if not learns_across_calls(d):
-                continue
-            empty = d.snapshot()
-            for i in ids:
-                d.restore(empty)
-                prev = done[:position.get(i, len(done))]  # not in it: every answer
-                if prev:
-                    d.observe([p for p, _ in prev], [t for _, t in prev])
-                warm[spec, i] = d.snapshot()
+            if learns_across_calls(d):
+                snaps = warm_snapshots(d, a.warm_journal, byid, lm.tokenizer.encode_chat, ids)
+                warm.update({(spec, i): s for i, s in snaps.items()})
     eos = lm.tokenizer.eos_ids
     res = collections.defaultdict(lambda: collections.defaultdict(list))
     ref = {}

@@ -24,7 +24,9 @@ import types
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="docs/results/drafter_overhead.json")
-    ap.add_argument("--drafters", default="prompt_lookup,token_recycling,suffix")
+    ap.add_argument("--drafters", nargs="+", default=["prompt_lookup,token_recycling,suffix"],
+                    help="method names, comma-separated, or specs name:key=value,... one per "
+                         "argument (';' inside a value stands for a comma)")
     ap.add_argument("--batches", default="1,4")
     ap.add_argument("--context", type=int, default=1024, help="tokens of context per row")
     ap.add_argument("--repeats", type=int, default=30)
@@ -63,8 +65,12 @@ def main() -> None:
         return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree)
                    if hasattr(x, "dtype"))
 
-    for name in a.drafters.split(","):
-        d = methods.build(name, lm, {}).drafter
+    specs = [x for arg in a.drafters
+             for x in ([arg] if ":" in arg else arg.split(","))]
+    for spec in specs:
+        name, args = methods.parse_method_spec(spec)
+        name = spec if args else name
+        d = methods.build(spec.partition(":")[0], lm, args).drafter
         params = d.params()
         spec = tree_spec(d)
         width = d.features.top_ids or 0
@@ -116,7 +122,8 @@ def main() -> None:
                 features_ms = timed(jax.jit(lambda x: from_output(
                     spec_f, types.SimpleNamespace(logits=x, hidden=(), final_hidden=None)
                 )), logits)
-            row = {"drafter": name, "batch": B, "temperature": a.temperature, "nodes": T - 1, "propose_ms": propose_ms,
+            row = {"drafter": name, "batch": B, "temperature": a.temperature, "nodes": T - 1,
+                   "propose_ms": propose_ms,
                    "update_ms": update_ms, "features_ms": features_ms,
                    "step_ms": propose_ms + update_ms + features_ms,
                    "params_bytes": nbytes(params), "state_bytes": nbytes(state)}

@@ -596,6 +596,44 @@ def test_journal_accepts_a_pinned_default_not_another_config(tmp_path):
         Journal(bare, {"model": "m", "method_args": {"eagle": {"k": "4"}}}).load()
 
 
+def test_warm_snapshots_learn_the_answers_recorded_before_each_question(tmp_path):
+    """Each question starts from the answers of the groups journaled before it (in journal
+    order; a question the journal lacks from all of them); the drafter is left as it was; a
+    journal question missing from the prompts is an error that names it."""
+    from specjax.bench.journal import Journal, warm_snapshots
+    from specjax.errors import BenchError
+
+    class Learner:  # what warm_snapshots uses of a drafter that learns across calls
+        def __init__(self):
+            self.seen = ["before"]
+
+        def observe(self, prompts, outputs):
+            self.seen += [f"{p}->{o}" for p, o in zip(prompts, outputs)]
+
+        def snapshot(self):
+            return list(self.seen)
+
+        def restore(self, snap):
+            self.seen = list(snap)
+
+    path = tmp_path / "j.jsonl"
+    Journal(path, {"model": "m"}).load()
+    for ids, answers in ((["2", "1"], [[5], [6]]), (["3"], [[7]])):
+        Journal(path, {"model": "m"}).append({"runs": [
+            {"method": "x", "prompt_ids": ids, "tokens": answers},
+            {"method": "ar", "prompt_ids": ids, "tokens": answers}]})
+    questions = {i: {"prompt": f"q{i}"} for i in ("1", "2", "3", "9")}
+    d = Learner()
+    snaps = warm_snapshots(d, path, questions, lambda p: p.upper(), ["2", "1", "3", "9"])
+    assert snaps["2"] == ["before"]
+    assert snaps["1"] == ["before", "Q2->[5]"]
+    assert snaps["3"] == ["before", "Q2->[5]", "Q1->[6]"]
+    assert snaps["9"] == ["before", "Q2->[5]", "Q1->[6]", "Q3->[7]"]
+    assert d.seen == ["before"]
+    with pytest.raises(BenchError, match="journal question 3 is not among the prompts"):
+        warm_snapshots(d, path, {i: questions[i] for i in ("1", "2")}, str, ["1"])
+
+
 # ----------------------------------------------------------------------------- configs/
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.py"))

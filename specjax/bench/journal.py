@@ -85,3 +85,37 @@ def prompts_digest(items: list[dict]) -> str:
     for it in items:
         h.update(json.dumps([str(it["id"]), it["category"], it["prompt"]]).encode())
     return h.hexdigest()
+
+
+def warm_snapshots(drafter, path: str | os.PathLike, questions: dict, encode,
+                   ids: list[str]) -> dict:
+    """``{question id: snapshot}``: what a drafter that learns across calls (suffix cache,
+    datastore) had learnt by each question of ``ids`` in a benchmark journal, the answers of
+    the groups recorded before it learnt in journal order (a question the journal lacks: all
+    of them). ``questions`` maps ids to prompt items, ``encode`` a prompt to its tokens. The
+    drafter is left as it was.
+
+    Raises:
+      BenchError: naming the question, when the journal has one ``questions`` lacks.
+    """
+    _, groups = read_journal(path)
+    done = []  # (prompt tokens, answer) in journal order
+    position = {}  # question id -> its index in ``done``
+    for g in groups:
+        r = next(r for r in g["runs"] if r["method"] == "ar")
+        for pid, toks in zip(r["prompt_ids"], r["tokens"]):
+            position[str(pid)] = len(done)
+            q = questions.get(str(pid))
+            if q is None:
+                raise BenchError(f"{path}: journal question {pid} is not among the prompts")
+            done.append((encode(q["prompt"]), toks))
+    before = drafter.snapshot()
+    out = {}
+    for i in ids:
+        drafter.restore(before)
+        prev = done[:position.get(i, len(done))]
+        if prev:
+            drafter.observe([p for p, _ in prev], [t for _, t in prev])
+        out[i] = drafter.snapshot()
+    drafter.restore(before)
+    return out
