@@ -297,6 +297,7 @@ def main() -> None:
     fitted_curve = tuple(float(np.interp(T, sorted(points), [points[x] for x in sorted(points)]))
                          for T in range(1, K + 2))
     prompts = {i: lm.tokenizer.encode_chat(byid[i]["prompt"]) for i in ids}
+    first = d.snapshot()
     warm = (warm_snapshots(d, a.warm_journal, byid, lm.tokenizer.encode_chat, ids)
             if a.warm_journal else {})
     eos = lm.tokenizer.eos_ids
@@ -310,13 +311,13 @@ def main() -> None:
     for i in ids:
         f = cache / f"{tag}_{i}.npz"
         if not f.exists():
-            if i in warm:
-                d.restore(warm[i])
+            start = warm.get(i, first)  # what the drafter knew before the question
+            d.restore(start)
             drafts, lens, out, _ = record(d, lm, prompts[i], a.max_new_tokens, eos)
-            if i in warm:
-                d.restore(warm[i])
+            d.restore(start)  # the recording's answer unlearnt
             real = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
                             eos_ids=eos, drafter=d)
+            d.restore(start)
             if real.tokens[0] != out:
                 raise SystemExit(f"question {i}: the recording's output differs from the run's")
             ex = real.extra or {}

@@ -8,7 +8,8 @@ Every step each source drafts a chain from the row's context (all inside the com
   scans all of it, 1.1 ms per step at 65,536 on the project's 2-core CPU);
 * ``prompt_lookup``: the most recent 3..2-gram match in the row's text
   (:mod:`specjax.drafters.prompt_lookup`);
-* ``token_recycling``: the chain of each token's recorded successor
+* ``token_recycling`` (not a default source since 2026-12-04; ``sources=`` adds it): the
+  chain of each token's recorded successor
   (:mod:`specjax.drafters.token_recycling`, a table of width 1). ``recycle_from=text`` (the
   default) records the next token of the row's own text; ``target`` records the target's
   top id after the token, which makes the prefill and every verify forward compute top-id
@@ -81,7 +82,10 @@ from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
 from specjax.tree import DraftTree
 
 SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
-DEFAULT_SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
+# token recycling drafts only when asked for (sources=...): replayed over 28 Spec-Bench questions
+# it cost more in verify blocks than it returned in 11 of 13 categories
+# (docs/benchmarks_notes.md, "ngram's choices replayed offline")
+DEFAULT_SOURCES = ("suffix", "prompt_lookup", "sssd")
 
 
 def _parse_sources(value, args=None) -> tuple[str, ...]:
@@ -101,7 +105,8 @@ class NgramConfig:
     k: int = dataclasses.field(default=16, metadata={"help": "maximum draft length"})
     sources: tuple = dataclasses.field(default=DEFAULT_SOURCES, metadata={
         "parse": _parse_sources,
-        "help": "comma-separated draft sources: suffix, prompt_lookup, token_recycling, sssd"})
+        "help": "comma-separated draft sources: suffix, prompt_lookup, token_recycling, sssd "
+                "(default: suffix, prompt_lookup, sssd)"})
     prior: float = dataclasses.field(default=0.5, metadata={
         "help": "prior per-token acceptance of every source"})
     prior_weight: float = dataclasses.field(default=2.0, metadata={

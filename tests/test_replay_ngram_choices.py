@@ -1,0 +1,77 @@
+"""scripts/replay_ngram_choices.py: a recording with every step idle holds each source's chain
+at every position, and replaying the drafter's own rule over it gives the real run's steps,
+drafted and accepted tokens; the oracle and a rule that drops every source are checked by
+hand."""
+
+import types
+
+import numpy as np
+import pytest
+from script_helpers import load_script
+from spec_helpers import make_target
+
+from specjax import methods
+from specjax.engine import generate
+from specjax.policies.adaptive import bucketed_cost
+
+
+@pytest.fixture(scope="module")
+def rp():
+    return load_script("replay_ngram_choices")
+
+
+def test_replay_of_the_default_rule_is_the_real_run(rp):
+    target = make_target()
+    rng = np.random.default_rng(3)
+    phrase = rng.integers(3, 60, 9).tolist()
+    prompt = phrase * 3 + rng.integers(3, 60, 5).tolist() + phrase[:4]  # lookups find text
+    curve = "1,1.05,1.1,1.15,1.2,1.25,1.3,1.35"
+    m = methods.build("ngram", target, {"k": "6", "cost": curve, "learn": "false"})
+    d = m.drafter
+    drafts, lens, out, _ = rp.record(d, types.SimpleNamespace(model=target), prompt, 24, ())
+    assert drafts.shape == (len(out) - 1, len(d.names), d.max_k)
+    assert np.all(lens <= d.max_k) and lens.max() > 0
+    real = generate(target, [prompt], max_new_tokens=24, drafter=d, policy=m.policy)
+    assert real.tokens[0] == out  # drafting changes no token
+    vc = bucketed_cost(d.cost, d.max_k)
+    step_cost = np.linspace(1.0, 2.0, d.max_k + 1)
+    steps, drafted, accepted, cost, chosen = rp.replay(d, drafts, lens, out, "default", vc,
+                                                      step_cost)
+    assert (steps, drafted, accepted) == (real.target_forwards[0] - 1,
+                                          real.extra["drafted"][0], real.extra["accepted"][0])
+    assert drafted > 0 and steps + accepted == len(out) - 1
+    assert chosen[:, 1].sum() == drafted and chosen[:, 2].sum() == accepted
+    # no source left: every step idle, one token each
+    none = "without=" + "+".join(d.names)
+    steps, drafted, accepted, cost, _ = rp.replay(d, drafts, lens, out, none, vc, step_cost)
+    assert (steps, drafted, accepted) == (len(out) - 1, 0, 0)
+    assert cost == pytest.approx(steps * step_cost[0])
+    # the oracle drafts only what the text accepts
+    steps, drafted, accepted, cost, _ = rp.replay(d, drafts, lens, out, "oracle", vc,
+                                                  step_cost)
+    assert drafted == accepted and steps + accepted == len(out) - 1
+
+
+def test_oracle_and_branch_by_hand(rp):
+    """Two sources over a 4-token text: at position 0 source 0 offers the right chain, source
+    1 a wrong one; the oracle takes source 0's 2 tokens (3 tokens for one step of cost 1.5,
+    against 1 for 1.0); a second branch adds source 1's chain where it parts."""
+    d = types.SimpleNamespace(names=("a", "b"), prior=0.5, prior_weight=2.0,
+                              source_decay=0.9, min_gain=0.0, max_k=2)
+    out = [9, 1, 2, 3]  # the pending token, then the text to predict
+    drafts = np.array([[[1, 2], [1, 7]], [[2, 3], [5, 5]], [[3, 0], [0, 0]]])
+    lens = np.array([[2, 2], [2, 2], [1, 0]])
+    step_cost = np.array([1.0, 1.2, 1.5])
+    steps, drafted, accepted, cost, chosen = rp.replay(d, drafts, lens, out, "oracle",
+                                                      step_cost, step_cost)
+    assert (steps, drafted, accepted, cost) == (1, 2, 2, 1.5)
+    assert chosen.tolist() == [[1, 2, 2], [0, 0, 0]]
+    # branch: source 0's chain [1, 2] and source 1's [1, 7], parting after the shared 1: a
+    # 3-node tree; it pays where the verify cost is flat (1.0 for any block)
+    chains = np.array([[1, 2, 0], [1, 7, 0]])
+    reach = np.array([[0.9, 0.8, 0.7], [0.9, 0.5, 0.3]])
+    flat, dear = np.ones(4), np.array([1.0, 1.0, 1.0, 2.0])
+    assert rp.branch(chains, np.array([2, 2]), reach, 0, 2, flat, out[1:], 3) == (0, 3, 2)
+    assert rp.branch(chains, np.array([2, 2]), reach, 0, 2, dear, out[1:], 3) == (0, 2, 2)
+    # a chain the chosen one is a prefix of adds no branch (it is a chain of its own)
+    assert rp.branch(chains, np.array([2, 2]), reach, 0, 1, flat, out[1:], 3) == (0, 1, 1)
