@@ -63,17 +63,22 @@ FITTED = {1: (0.991 + 0.974) / 2, 2: (1.113 + 1.102) / 2, 4: (1.240 + 1.405) / 2
           8: (1.803 + 1.580) / 2, 16: (2.204 + 2.716) / 2}
 
 
-def step_cost_table(points: dict[int, float], K: int) -> np.ndarray:
-    """``[K + 1]``: the cost of a step drafting ``k = 0..K`` tokens (verify block of the
-    engine's bucket; block sizes between the points linearly interpolated)."""
-    from specjax.buckets import verify_block
-
+def cost_at(points: dict[int, float], T: int) -> float:
+    """The cost of a ``T``-token block from a table of block sizes: linear between the
+    points, extrapolated from the last two past them."""
     xs = sorted(points)
     ys = [points[x] for x in xs]
-    return np.array([np.interp(verify_block(k, K), xs, ys, right=None)
-                     + (0 if verify_block(k, K) <= xs[-1] else
-                        (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (verify_block(k, K) - xs[-1]))
-                     for k in range(K + 1)])
+    if T <= xs[-1]:
+        return float(np.interp(T, xs, ys))
+    return ys[-1] + (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) * (T - xs[-1])
+
+
+def step_cost_table(points: dict[int, float], K: int) -> np.ndarray:
+    """``[K + 1]``: the cost of a step drafting ``k = 0..K`` tokens (the engine's verify
+    block for it, :func:`cost_at`)."""
+    from specjax.buckets import verify_block
+
+    return np.array([cost_at(points, verify_block(k, K)) for k in range(K + 1)])
 
 
 def record(d, lm, prompt, max_new, eos):
@@ -294,8 +299,7 @@ def main() -> None:
     points = FITTED if a.step_cost is None else {
         int(x.split(":")[0]): float(x.split(":")[1]) for x in a.step_cost.split(",")}
     step_cost = step_cost_table(points, K)
-    fitted_curve = tuple(float(np.interp(T, sorted(points), [points[x] for x in sorted(points)]))
-                         for T in range(1, K + 2))
+    fitted_curve = tuple(cost_at(points, T) for T in range(1, K + 2))
     prompts = {i: lm.tokenizer.encode_chat(byid[i]["prompt"]) for i in ids}
     first = d.snapshot()
     warm = (warm_snapshots(d, a.warm_journal, byid, lm.tokenizer.encode_chat, ids)

@@ -75,3 +75,10 @@ def test_oracle_and_branch_by_hand(rp):
     assert rp.branch(chains, np.array([2, 2]), reach, 0, 2, dear, out[1:], 3) == (0, 2, 2)
     # a chain the chosen one is a prefix of adds no branch (it is a chain of its own)
     assert rp.branch(chains, np.array([2, 2]), reach, 0, 1, flat, out[1:], 3) == (0, 1, 1)
+
+
+def test_step_costs_interpolated_and_extrapolated(rp):
+    points = {1: 1.0, 2: 1.2, 4: 1.4}
+    assert [rp.cost_at(points, T) for T in (1, 3, 4, 6)] == pytest.approx([1.0, 1.3, 1.4, 1.6])
+    # k = 0..3 drafted tokens -> blocks 1, 2, 4, 4 (the engine's buckets for max k 3)
+    assert rp.step_cost_table(points, 3).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.4])
