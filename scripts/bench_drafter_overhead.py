@@ -67,10 +67,9 @@ def main() -> None:
 
     specs = [x for arg in a.drafters
              for x in ([arg] if ":" in arg else arg.split(","))]
-    for spec in specs:
-        name, args = methods.parse_method_spec(spec)
-        name = spec if args else name
-        d = methods.build(spec.partition(":")[0], lm, args).drafter
+    for name in specs:  # each row is labelled with the spec as given
+        method, args = methods.parse_method_spec(name)
+        d = methods.build(method, lm, args).drafter
         params = d.params()
         spec = tree_spec(d)
         width = d.features.top_ids or 0

@@ -113,7 +113,7 @@ def record(d, lm, prompt, max_new, eos):
         raise SystemExit(f"recording lacks positions {missing[:5]}")
     drafts = np.stack([rows[P + 1 + t][0] for t in range(T)])
     lens = np.stack([rows[P + 1 + t][1] for t in range(T)])
-    return drafts, lens, out, r
+    return drafts, lens, out
 
 
 def agreed(chain, n, text):
@@ -317,7 +317,7 @@ def main() -> None:
         if not f.exists():
             start = warm.get(i, first)  # what the drafter knew before the question
             d.restore(start)
-            drafts, lens, out, _ = record(d, lm, prompts[i], a.max_new_tokens, eos)
+            drafts, lens, out = record(d, lm, prompts[i], a.max_new_tokens, eos)
             d.restore(start)  # the recording's answer unlearnt
             real = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
                             eos_ids=eos, drafter=d)

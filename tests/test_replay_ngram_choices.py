@@ -28,7 +28,7 @@ def test_replay_of_the_default_rule_is_the_real_run(rp):
     curve = "1,1.05,1.1,1.15,1.2,1.25,1.3,1.35"
     m = methods.build("ngram", target, {"k": "6", "cost": curve, "learn": "false"})
     d = m.drafter
-    drafts, lens, out, _ = rp.record(d, types.SimpleNamespace(model=target), prompt, 24, ())
+    drafts, lens, out = rp.record(d, types.SimpleNamespace(model=target), prompt, 24, ())
     assert drafts.shape == (len(out) - 1, len(d.names), d.max_k)
     assert np.all(lens <= d.max_k) and lens.max() > 0
     real = generate(target, [prompt], max_new_tokens=24, drafter=d, policy=m.policy)
