@@ -7,7 +7,8 @@ asks of the verify forward: token recycling's top-k of the logits of every verif
 timed here as ``features_ms`` (``specjax.features.from_output``: ``lax.top_k`` over
 ``[B, T, V]`` float32 logits with ``T`` the tree's nodes + 1, an argmax for one id). Memory:
 the bytes of the drafter's parameters (the suffix cache) and of its per-row state (token
-recycling's table). A plain decoding step of SmolLM2 float32 takes ~30 ms
+recycling's table). ``--learn-journal`` fills a learning drafter's cache with a
+benchmark's answers first. A plain decoding step of SmolLM2 float32 takes ~30 ms
 on this project's 2-core CPU (docs/benchmarks.md), for scale.
 
     python scripts/bench_drafter_overhead.py --out docs/results/drafter_overhead.json
@@ -33,6 +34,11 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0,
                     help="> 0: propose as when sampling (a sampled drafter such as stand "
                          "draws its tokens and keeps its draft distributions)")
+    ap.add_argument("--learn-journal", default=None,
+                    help="a benchmark journal: a drafter that learns across calls (suffix "
+                         "cache, datastore) first learns its plain-decoding answers, in "
+                         "order, as it would have by the end of that run (the suffix scan "
+                         "then meets real text, not an empty cache)")
     a = ap.parse_args()
 
     import jax
@@ -43,7 +49,8 @@ def main() -> None:
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.timing import median_seconds
     from specjax.data.builtin import BUILTIN
-    from specjax.drafters.base import StepContext, planned_k, tree_spec
+    from specjax.bench.journal import read_journal
+    from specjax.drafters.base import StepContext, learns_across_calls, planned_k, tree_spec
     from specjax.features import Features, from_output
     from specjax.models.loaders import load
 
@@ -54,6 +61,10 @@ def main() -> None:
         text += lm.tokenizer.encode(t)
     while len(text) < a.context + 64:
         text += text
+    answers = []  # the journal's plain-decoding outputs, in journal order
+    if a.learn_journal is not None:
+        for g in read_journal(a.learn_journal)[1]:
+            answers += next(r for r in g["runs"] if r["method"] == "ar")["tokens"]
     out = {"command": " ".join(["python"] + sys.argv), "date": utc_now(),
            "machine": machine_description(), "device": str(jax.devices()[0]),
            "context": a.context, "vocab_size": V, "rows": []}
@@ -70,6 +81,8 @@ def main() -> None:
     for name in specs:  # each row is labelled with the spec as given
         method, args = methods.parse_method_spec(name)
         d = methods.build(method, lm, args).drafter
+        if answers and learns_across_calls(d):
+            d.observe([[] for _ in answers], answers)
         params = d.params()
         spec = tree_spec(d)
         width = d.features.top_ids or 0

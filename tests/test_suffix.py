@@ -9,7 +9,7 @@ import pytest
 from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
     three_token_law
 from specjax import drafters, methods
-from specjax.drafters.suffix import SuffixCache, suffix_draft
+from specjax.drafters.suffix import SuffixCache, latest_true, suffix_draft
 from specjax.engine import generate
 from specjax.errors import DrafterError
 from specjax.sampling import SamplingParams
@@ -104,6 +104,19 @@ def test_search_equals_brute_force(seed):
         want, want_glob = brute_force(cache.documents(), r, **opts)
         assert np.asarray(toks)[i, :int(n[i])].tolist() == want, (i, opts)
         assert bool(glob[i]) == want_glob
+
+
+@pytest.mark.parametrize("density", [0.0, 0.002, 0.05, 0.5, 1.0])
+def test_latest_true_by_blocks_equals_the_definition(density):
+    """The blocked search (only the last M non-empty blocks are counted) against the
+    definition, with blocks small enough that every shape takes it (and one that does not)."""
+    rng = np.random.default_rng(int(density * 1000))
+    for N, M, block in ((1000, 3, 8), (1003, 5, 16), (333, 1, 4), (40, 4, 8)):
+        mask = rng.random((3, N)) < density
+        got = np.asarray(latest_true(mask, M, block))
+        for b in range(3):
+            want = np.flatnonzero(mask[b])[::-1][:M].tolist()
+            assert got[b].tolist() == want + [-1] * (M - len(want)), (N, M, block, b)
 
 
 # ------------------------------------------------------------------------- the cache

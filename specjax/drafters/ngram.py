@@ -5,7 +5,7 @@ Every step each source drafts a chain from the row's context (all inside the com
 * ``suffix``: the longest suffix match over the row's own text and the global cache of earlier
   outputs (:mod:`specjax.drafters.suffix`, its defaults; ``cache``, ``capacity`` and ``learn``
   pass through; the cache is 16,384 slots here, not the suffix method's 65,536: every step
-  scans all of it, 1.1 ms per step at 65,536 on the project's 2-core CPU);
+  scans all of it, 0.6 ms per step at 65,536 on the project's 2-core CPU);
 * ``prompt_lookup``: the most recent 3..2-gram match in the row's text
   (:mod:`specjax.drafters.prompt_lookup`);
 * ``token_recycling`` (not a default source since 2026-12-04; ``sources=`` adds it): the
@@ -127,7 +127,7 @@ class NgramConfig:
                 "of the row's own text (text: no features)"})
     capacity: int = dataclasses.field(default=1 << 14, metadata={
         "help": "suffix source: global cache slots for a new cache (every step scans them "
-                "all: 1.1 ms per step at 65,536 on a 2-core CPU)"})
+                "all: 0.6 ms per step at 65,536 on a 2-core CPU)"})
     cache: object = dataclasses.field(default=None, metadata={
         "help": "suffix source: a SuffixCache, a .npz path, or none (see the suffix method)"})
     learn: bool = dataclasses.field(default=True, metadata={
