@@ -99,7 +99,10 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=len(EDITS) + 1,
                     help="turns of the editing conversation (at most %d)" % (len(EDITS) + 1))
     ap.add_argument("--max-new-tokens", type=int, default=128)
-    ap.add_argument("--methods", default="ar,prompt_lookup,suffix")
+    ap.add_argument("--methods", nargs="+", default=["ar,prompt_lookup,suffix"],
+                    help="method names, comma-separated, or specs name:key=value,... one per "
+                         "argument (';' inside a value stands for a comma), e.g. "
+                         "suffix:nodes=8")
     ap.add_argument("--journal", default="runs/suffix_workload")
     ap.add_argument("--out", default="docs/results/suffix_workload.json")
     ap.add_argument("--time-limit", type=float, default=None, help="minutes for this call")
@@ -120,7 +123,8 @@ def main() -> None:
     from specjax.engine import generate
     from specjax.models.loaders import load
 
-    names = [m.strip() for m in a.methods.split(",") if m.strip()]
+    names = [x.strip() for arg in a.methods
+             for x in ([arg] if ":" in arg else arg.split(",")) if x.strip()]
     if "ar" not in names:
         names = ["ar"] + names
     lm = load(a.model)
@@ -143,8 +147,10 @@ def main() -> None:
     else:
         rec_path.write_text(json.dumps(header) + "\n")
     cache = SuffixCache.load(cache_path) if cache_path.exists() and records else SuffixCache()
-    built = {m: mlib.build(m, lm, {"cache": cache, "learn": "false"}
-                           if mlib.base_method(m) == "suffix" else {}) for m in names}
+    specs = {m: mlib.parse_method_spec(m) for m in names}
+    built = {m: mlib.build(name, lm, {**args, "cache": cache, "learn": "false"}
+                           if mlib.base_method(name) == "suffix" else args)
+             for m, (name, args) in specs.items()}
     plan = ([("round1", i, t["prompt"]) for i, t in enumerate(tasks)]
             + [("round2", i, CHANGES[i % len(CHANGES)](t["prompt"]))
                for i, t in enumerate(tasks)]
@@ -192,7 +198,7 @@ def main() -> None:
                 if key in ex:
                     runs[m][key] = ex[key][0]
         for m in names:
-            if mlib.base_method(m) == "suffix":  # the answer joins the cache (once)
+            if mlib.base_method(specs[m][0]) == "suffix":  # the answer joins the cache (once)
                 cache.add(runs[m]["tokens"])
                 break
         cache.save(cache_path)

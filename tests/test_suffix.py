@@ -9,7 +9,8 @@ import pytest
 from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
     three_token_law
 from specjax import drafters, methods
-from specjax.drafters.suffix import SuffixCache, latest_true, suffix_draft
+from specjax.drafters.suffix import SuffixCache, latest_true, suffix_draft, \
+    suffix_tree_draft
 from specjax.engine import generate
 from specjax.errors import DrafterError
 from specjax.sampling import SamplingParams
@@ -33,10 +34,11 @@ def plain(target, prompts):
 # ------------------------------------------------------------------------- brute force
 
 
-def brute_force(cache_docs, row, K, max_depth, candidates, min_match, min_prob, factor):
-    """The draft by the definition: every end position of the cache documents and of the
-    row's text before its last token, its match length with the row's suffix, the most recent
-    `candidates` longest ones, then the most frequent continuation token by token."""
+def brute_candidates(cache_docs, row, K, max_depth, candidates, min_match):
+    """By the definition: every end position of the cache documents and of the row's text
+    before its last token, its match length with the row's suffix; the longest match, the
+    most recent `candidates` ones at it (the latest first) as (text index, end), and the `K`
+    tokens after each."""
     texts = [list(d) for d in cache_docs] + [list(row)]
     ends = []  # (global order, text index, end position)
     order = 0
@@ -52,12 +54,18 @@ def brute_force(cache_docs, row, K, max_depth, candidates, min_match, min_prob, 
         order += 1  # the separator's slot
     best = max((e[3] for e in ends), default=0)
     if best < min_match:
-        return [], False
+        return best, [], []
     cands = sorted([e for e in ends if e[3] == best], key=lambda e: -e[0])[:candidates]
-    conts = []
-    for _, ti, j, _ in cands:
-        t = texts[ti]
-        conts.append(t[j + 1:j + 1 + K])
+    return best, cands, [texts[ti][j + 1:j + 1 + K] for _, ti, j, _ in cands]
+
+
+def brute_force(cache_docs, row, K, max_depth, candidates, min_match, min_prob, factor):
+    """The chain draft by the definition: the candidates' most frequent continuation, token
+    by token."""
+    best, cands, conts = brute_candidates(cache_docs, row, K, max_depth, candidates,
+                                          min_match)
+    if not cands:
+        return [], False
     alive = list(range(len(conts)))
     out, src = [], None
     for d in range(K):
@@ -117,6 +125,83 @@ def test_latest_true_by_blocks_equals_the_definition(density):
         for b in range(3):
             want = np.flatnonzero(mask[b])[::-1][:M].tolist()
             assert got[b].tolist() == want + [-1] * (M - len(want)), (N, M, block, b)
+
+
+def brute_tree(cache_docs, row, K, max_depth, candidates, min_match, min_prob, factor, nodes):
+    """The tree draft by the definition, every size paying (flat verify cost): the distinct
+    continuation prefixes shared by at least `min_prob` of the candidates, no longer than
+    ceil(factor * match), the `nodes` most shared (ties: shorter, then the more recent
+    candidate), as token paths."""
+    best, cands, conts = brute_candidates(cache_docs, row, K, max_depth, candidates,
+                                          min_match)
+    prefixes = {}  # path -> (count, latest candidate index)
+    for i, c in enumerate(conts):
+        for d in range(1, len(c) + 1):
+            n, first = prefixes.get(tuple(c[:d]), (0, i))
+            prefixes[tuple(c[:d])] = (n + 1, first)
+    cap = int(np.ceil(factor * best))
+    kept = [(-n, len(p), first, p) for p, (n, first) in prefixes.items()
+            if n >= min_prob * len(cands) and len(p) <= cap]
+    return {p for *_, p in sorted(kept)[:nodes]}
+
+
+def tree_paths(tree, b):
+    """The token paths of row `b`'s valid nodes; checks the breadth-first layout."""
+    tok, par, dep, ok = (np.asarray(x)[b] for x in (tree.tokens, tree.parent, tree.depth,
+                                                    tree.valid))
+    n = int(ok.sum())
+    assert ok[:n].all() and not ok[n:].any()  # valid nodes first
+    assert (np.diff(dep[:n]) >= 0).all()  # breadth-first
+    paths = []
+    for i in range(n):
+        assert par[i] < i and (dep[i] == 1) == (par[i] == -1)
+        paths.append((paths[par[i]] if par[i] >= 0 else ()) + (int(tok[i]),))
+        assert len(paths[i]) == dep[i]
+    return paths
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_tree_equals_brute_force(seed):
+    rng = np.random.default_rng(100 + seed)
+    V = 4
+    cache = SuffixCache(160)
+    for _ in range(int(rng.integers(0, 7))):
+        cache.add(rng.integers(0, V, int(rng.integers(1, 30))).tolist())
+    rows = [rng.integers(0, V, int(rng.integers(1, 40))).tolist() for _ in range(4)]
+    seq = np.zeros((4, 48), np.int32)
+    for i, r in enumerate(rows):
+        seq[i, :len(r)] = r
+    lens = np.array([len(r) for r in rows], np.int32)
+    opts = dict(K=6, max_depth=int(rng.integers(1, 6)), candidates=int(rng.integers(1, 12)),
+                min_match=int(rng.integers(1, 3)), min_prob=float(rng.choice([0.0, 0.25])),
+                factor=float(rng.choice([0.5, 1.0, 3.0])))
+    nodes = int(rng.integers(2, 7))
+    flat = np.ones(nodes + 1, np.float32)
+    tree, n, _, _ = suffix_tree_draft(cache.array(), seq, lens, **opts, nodes=nodes,
+                                      step_cost=flat)
+    for i, r in enumerate(rows):
+        got = tree_paths(tree, i)
+        assert len(got) == len(set(got)) == int(n[i])
+        assert set(got) == brute_tree(cache.documents(), r, **opts, nodes=nodes), (i, opts)
+
+
+def test_tree_size_is_priced():
+    """With a steep verify curve only the likeliest nodes pay: 4 occurrences of the context,
+    3 continuing with 7 and 1 with 8; a node costs 0.5 a step."""
+    cache = SuffixCache(64)
+    for cont in (7, 7, 7, 8):
+        cache.add([1, 2, cont, 5])
+    seq = np.array([[1, 2, 0, 0]], np.int32)
+    lens = np.array([2], np.int32)
+    opts = dict(K=3, max_depth=2, candidates=8, min_match=1, min_prob=0.0, factor=2.0,
+                nodes=3)
+    tree, n, glob, _ = suffix_tree_draft(cache.array(), seq, lens, **opts,
+                                         step_cost=np.ones(4, np.float32))
+    assert set(tree_paths(tree, 0)) == {(7,), (8,), (7, 5)} and bool(glob[0])
+    # (1 + 0.75) / 1.5 beats (1 + 1.5) / 2.3 and (1 + 1.75) / 2.5: the first node alone
+    steep = np.array([1.0, 1.5, 2.3, 2.5], np.float32)
+    tree, n, _, _ = suffix_tree_draft(cache.array(), seq, lens, **opts, step_cost=steep)
+    assert tree_paths(tree, 0) == [(7,)] and int(n[0]) == 1
 
 
 # ------------------------------------------------------------------------- the cache
@@ -182,6 +267,9 @@ def test_bad_options(target):
         drafters.make("suffix", target, min_prob=1.5)
     with pytest.raises(DrafterError, match="factor must be > 0"):
         drafters.make("suffix", target, factor=0)
+    with pytest.raises(DrafterError, match=r"nodes must be 0 \(a chain\) or an integer in "
+                                           r"\[2, k = 4\], got 5"):
+        drafters.make("suffix", target, k=4, nodes=5)
 
 
 # ------------------------------------------------------------------------- decoding
@@ -202,6 +290,19 @@ def test_greedy_identity_and_learning(target, prompts, plain):
     assert r.tokens == plain
     assert min(r.extra["suffix_global_hits"]) > 0
     assert sum(r.extra["accepted"]) >= 8 * 8, r.extra["accepted"]
+
+
+def test_tree_greedy_identity(target, prompts, plain):
+    cache = SuffixCache(2048)
+    for t in plain[:5]:
+        cache.add(t)
+    d = drafters.make("suffix", target, cache=cache, k=6, nodes=5, learn=False)
+    assert d.tree is not None and d.tree.num_nodes == 5
+    for B in (1, 3, 8):
+        r = generate(target, prompts[:B] if B < 8 else prompts, max_new_tokens=14,
+                     drafter=d, batch_size=B)
+        assert r.tokens == plain[:B], B
+    assert sum(r.extra["accepted"]) >= 5 * 8, r.extra["accepted"]  # answers it has seen
 
 
 def test_rows_ending_mid_step_and_no_learning(target, prompts, plain):
@@ -229,17 +330,24 @@ def test_saved_cache_reused_gives_identical_outputs(tmp_path, target, prompts, p
     assert r1.extra["suffix_hits"] == r2.extra["suffix_hits"]
 
 
-def test_sampling_matches_the_target_distribution():
+@pytest.mark.parametrize("nodes", [0, 3])
+def test_sampling_matches_the_target_distribution(nodes):
     target, _ = sharp_tiny_pair()
     want = three_token_law(target, [1, 2, 3])
     n = 5000
     cache = SuffixCache(256)
-    for seq in ([1, 2, 3, 4, 5, 6], [3, 4, 4, 4], [2, 3, 0, 1, 2]):
+    # for the tree: after "3 t" (t not 0 or 4, which match longer) two continuations, so the
+    # first drafting step's root has two children
+    branches = [[3, t, (t + d) % 8] for d in (1, 3) for t in range(8)] if nodes else []
+    for seq in [[1, 2, 3, 4, 5, 6], [3, 4, 4, 4], [2, 3, 0, 1, 2]] + branches:
         cache.add(seq)
-    d = drafters.make("suffix", target, k=3, cache=cache, learn=False)
+    flat = {"cost": (1.0,) * 4} if nodes else {}  # every node pays
+    d = drafters.make("suffix", target, k=3, cache=cache, learn=False, nodes=nodes, **flat)
     res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
                    sampling=SamplingParams(temperature=1.0, seed=8))
     assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
+    if nodes:  # most rows drafted two siblings at least once
+        assert np.mean(np.asarray(res.extra["drafted"]) >= 2) > 0.5
     chi_square_check([t[:3] for t in res.tokens], want)
 
 

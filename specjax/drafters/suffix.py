@@ -47,7 +47,8 @@ from specjax.drafters.base import (DRAFTERS, StepContext, check_k, target_ids,
                                    tokenizer_digest)
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.tree import DraftTree
+from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
+from specjax.tree import DraftTree, TreeSpec
 
 FORMAT = "specjax-suffix-cache"
 VERSION = 1
@@ -222,10 +223,13 @@ def _latest_true_counted(mask, M: int):
     return jnp.full((B, M), -1, jnp.int32).at[rows, slot].set(pos, mode="drop")
 
 
-def suffix_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: int,
-                 min_match: int, min_prob: float, factor: float):
-    """The draft of each row: ``(tokens int32[B, K], length int32[B], from_global bool[B],
-    match int32[B])``."""
+def match_candidates(global_text, seq, seq_len, K: int, max_depth: int, candidates: int,
+                     min_match: int):
+    """The occurrences a draft follows: ``(best int32[B], cand_end int32[B, M], ctoks
+    int32[B, M, K])``: each row's longest match length, the end positions of the ``M``
+    latest occurrences of that context in the global text then the row's own (``-1`` past
+    them, none below ``min_match``), and the ``K`` tokens after each (``-1`` past a document
+    or the text's end)."""
     B, L = seq.shape
     C = global_text.shape[0]
     pos = jnp.arange(L, dtype=jnp.int32)
@@ -244,10 +248,21 @@ def suffix_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: 
     # the most recent `candidates` occurrences of the longest matched context
     M = min(candidates, N)
     cand_end = latest_true((ml == best[:, None]) & (ml >= min_match), M)  # [B, M]
-    cand_ok = cand_end >= 0
     cont = jnp.maximum(cand_end, 0)[:, :, None] + 1 + jnp.arange(K, dtype=jnp.int32)[None, None]
     ctoks = jnp.take_along_axis(text, jnp.minimum(cont, N - 1).reshape(B, M * K), axis=1)
     ctoks = jnp.where((cont < N).reshape(B, M * K), ctoks, _SEP).reshape(B, M, K)
+    return best, cand_end, jnp.where((cand_end >= 0)[:, :, None], ctoks, _SEP)
+
+
+def suffix_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: int,
+                 min_match: int, min_prob: float, factor: float):
+    """The draft of each row: ``(tokens int32[B, K], length int32[B], from_global bool[B],
+    match int32[B])``."""
+    B = seq.shape[0]
+    C = global_text.shape[0]
+    best, cand_end, ctoks = match_candidates(global_text, seq, seq_len, K, max_depth,
+                                             candidates, min_match)
+    cand_ok = cand_end >= 0
     n_root = jnp.maximum(jnp.sum(cand_ok, axis=1), 1)
     alive = cand_ok
     going = jnp.ones((B,), bool)
@@ -272,6 +287,61 @@ def suffix_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: 
     length = jnp.where(best >= min_match, jnp.minimum(length, cap), 0)
     from_global = (length > 0) & (src_first < C)
     return tokens, length.astype(jnp.int32), from_global, best
+
+
+def suffix_tree_draft(global_text, seq, seq_len, K: int, max_depth: int, candidates: int,
+                      min_match: int, min_prob: float, factor: float, nodes: int, step_cost):
+    """The draft of each row as a tree (SuffixDecoding's speculation tree): every distinct
+    continuation prefix of the matched occurrences is a candidate node whose empirical
+    probability is the share of the occurrences that continue that way; the likeliest ones
+    (at least ``min_prob``, depth at most ``ceil(factor * match)``) are kept, at most
+    ``nodes``, as many as maximise expected accepted tokens + 1 per verify cost
+    (``step_cost[n]``: the relative cost of verifying ``n`` nodes, ``n = 0..nodes``).
+
+    Returns ``(DraftTree, n_nodes int32[B], from_global bool[B], match int32[B])``; the
+    tree's nodes are breadth-first, its valid nodes a prefix."""
+    B = seq.shape[0]
+    C = global_text.shape[0]
+    best, cand_end, ctoks = match_candidates(global_text, seq, seq_len, K, max_depth,
+                                             candidates, min_match)
+    M = ctoks.shape[1]
+    n_root = jnp.maximum(jnp.sum(cand_end >= 0, axis=1), 1)
+    tok_ok = jnp.cumprod(ctoks >= 0, axis=2).astype(bool)  # [B, M, K]: a prefix exists
+    # prefix[b, m, m2, d]: occurrences m and m2 continue alike up to depth d
+    prefix = jnp.cumprod(ctoks[:, :, None, :] == ctoks[:, None, :, :], axis=3).astype(bool)
+    prefix = prefix & tok_ok[:, :, None, :] & tok_ok[:, None, :, :]
+    count = jnp.sum(prefix, axis=2)  # [B, M, K]
+    earlier = jnp.arange(M)[None, :, None, None] > jnp.arange(M)[None, None, :, None]
+    first = tok_ok & ~jnp.any(prefix & earlier, axis=2)  # the latest occurrence of a prefix
+    depth = jnp.arange(K, dtype=jnp.int32)
+    cap = jnp.ceil(factor * best.astype(jnp.float32)).astype(jnp.int32)
+    keep = first & (count >= min_prob * n_root[:, None, None]) & (depth < cap[:, None, None])
+    # likelier first; a prefix before its extensions (equal count, shallower)
+    score = jnp.where(keep, count * (K + 1) + (K - depth)[None, None], -1).reshape(B, M * K)
+    top, at = jax.lax.top_k(score, nodes)  # [B, nodes]
+    chosen = top >= 0
+    prob = jnp.where(chosen, (top // (K + 1)) / n_root[:, None], 0.0)
+    gain = (1.0 + jnp.concatenate([jnp.zeros((B, 1)), jnp.cumsum(prob, axis=1)], axis=1)
+            ) / step_cost[None]  # [B, nodes + 1]: 0..nodes nodes verified
+    n = jnp.argmax(jnp.where(jnp.arange(nodes + 1)[None] <= jnp.sum(chosen, axis=1)[:, None],
+                             gain, -1.0), axis=1).astype(jnp.int32)
+    chosen = chosen & (jnp.arange(nodes)[None] < n[:, None])
+    occ, d = at // K, at % K
+    # breadth-first: by depth, then by likelihood
+    order = jnp.argsort(jnp.where(chosen, d * nodes + jnp.arange(nodes)[None], K * nodes),
+                        axis=1)
+    occ, d, chosen = (jnp.take_along_axis(x, order, axis=1) for x in (occ, d, chosen))
+    # a node's parent: the latest occurrence sharing its prefix one token shorter
+    rows = jnp.arange(B)[:, None]
+    up = prefix[rows, occ, :, jnp.maximum(d - 1, 0)]  # [B, nodes, M]
+    p_occ = jnp.argmax(up, axis=2)
+    same = (occ[:, None, :] == p_occ[:, :, None]) & (d[:, None, :] == d[:, :, None] - 1)
+    parent = jnp.where(d > 0, jnp.argmax(same & chosen[:, None, :], axis=2), -1)
+    tokens = jnp.where(chosen, ctoks[rows, occ, d], 0)
+    tree = DraftTree(tokens=tokens.astype(jnp.int32), parent=parent.astype(jnp.int32),
+                     depth=(d + 1).astype(jnp.int32), valid=chosen)
+    root_src = cand_end[rows[:, 0], occ[:, 0]]
+    return tree, n, (n > 0) & (root_src < C), best
 
 
 # ------------------------------------------------------------------------------ the drafter
@@ -299,6 +369,14 @@ class SuffixConfig:
                 "after every batch), or none: a fresh cache for this drafter"})
     learn: bool = dataclasses.field(default=True, metadata={
         "help": "append every output to the global cache after its batch"})
+    nodes: int = dataclasses.field(default=0, metadata={
+        "help": "0: draft a chain (the most frequent continuation); N >= 2: a tree of at most "
+                "N <= k nodes, the likeliest continuations of the matched occurrences (at "
+                "least min_prob each), as many as pay on the verify-cost curve"})
+    cost: tuple[float, ...] | None = dataclasses.field(default=None, metadata={
+        "parse": _parse_cost, "help": "with nodes: relative verify cost of T = 1, 2, ... "
+        "tokens, or a verify-curve JSON; default: measured on this machine when built by "
+        "name (specjax.cost_curves), else the built-in curve"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -313,6 +391,13 @@ class SuffixConfig:
             raise DrafterError(f"suffix: factor must be > 0, got {self.factor!r}")
         if not (isinstance(self.min_prob, (int, float)) and 0 <= self.min_prob <= 1):
             raise DrafterError(f"suffix: min_prob must be in [0, 1], got {self.min_prob!r}")
+        if not isinstance(self.nodes, int) or isinstance(self.nodes, bool) or \
+                not (self.nodes == 0 or 2 <= self.nodes <= self.k):
+            raise DrafterError(f"suffix: nodes must be 0 (a chain) or an integer in [2, k = "
+                               f"{self.k}], got {self.nodes!r}")
+        if self.cost is not None and (len(self.cost) < 1 or any(c <= 0 for c in self.cost)):
+            raise DrafterError("suffix: cost must be a non-empty list of positive relative "
+                               "costs")
         if not (self.cache is None or isinstance(self.cache, (SuffixCache, str, os.PathLike))):
             raise DrafterError(f"suffix: cache must be a SuffixCache or a file path, got "
                                f"{type(self.cache).__name__}")
@@ -328,11 +413,13 @@ class SuffixDrafter:
     candidates: int
     capacity: int
     learn: bool = True
+    nodes: int = 0  # 0: a chain
+    cost: tuple[float, ...] = ()  # the verify curve a tree is priced by
     # the cache's contents are an argument of the compiled loop (params), not part of it:
     # drafters over different caches of one capacity share a program
     cache: SuffixCache | None = dataclasses.field(default=None, compare=False, hash=False,
                                                   repr=False)
-    tree: None = None
+    tree: TreeSpec | None = None  # with nodes: a dynamic tree of that many nodes
     name: str = "suffix"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
@@ -356,16 +443,26 @@ class SuffixDrafter:
         return {"steps": z, "hits": z, "global_hits": z, "drafted": z}
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
-        tokens, length, from_global, _ = suffix_draft(
-            params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
-            self.min_match, self.min_prob, self.factor)
-        n = jnp.where(ctx.live, jnp.minimum(k, length), 0)
+        if self.nodes:
+            tree, size, from_global, _ = suffix_tree_draft(
+                params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
+                self.min_match, self.min_prob, self.factor, self.nodes,
+                bucketed_cost(self.cost, self.nodes))
+            valid = tree.valid & (tree.depth <= k[:, None]) & ctx.live[:, None]
+            tree = dataclasses.replace(tree, valid=valid)
+            n = jnp.sum(valid, axis=1).astype(jnp.int32)
+        else:
+            tokens, length, from_global, _ = suffix_draft(
+                params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
+                self.min_match, self.min_prob, self.factor)
+            n = jnp.where(ctx.live, jnp.minimum(k, length), 0)
+            tree = DraftTree.chain(tokens, n)
         live = ctx.live.astype(jnp.int32)
         state = {"steps": state["steps"] + live,
                  "hits": state["hits"] + (n > 0),
                  "global_hits": state["global_hits"] + ((n > 0) & from_global),
                  "drafted": state["drafted"] + n}
-        return DraftTree.chain(tokens, n), state, ctx.target_cache
+        return tree, state, ctx.target_cache
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         return state
@@ -413,8 +510,13 @@ def make_suffix(cfg: SuffixConfig, target_lm) -> SuffixDrafter:
     return SuffixDrafter(max_k=cfg.k, max_depth=cfg.max_depth, factor=float(cfg.factor),
                          min_prob=float(cfg.min_prob), min_match=cfg.min_match,
                          candidates=cfg.candidates, capacity=cache.capacity, learn=cfg.learn,
+                         nodes=cfg.nodes,
+                         cost=(tuple(cfg.cost) if cfg.cost is not None
+                               else default_cost(target_lm)) if cfg.nodes else (),
+                         tree=(TreeSpec.dynamic(min(cfg.candidates, cfg.nodes), cfg.k,
+                                                cfg.nodes) if cfg.nodes else None),
                          cache=cache)
 
 
-__all__ = ["SuffixCache", "SuffixConfig", "SuffixDrafter", "latest_true", "match_lengths",
-           "suffix_draft", "tokenizer_digest"]
+__all__ = ["SuffixCache", "SuffixConfig", "SuffixDrafter", "latest_true", "match_candidates",
+           "match_lengths", "suffix_draft", "suffix_tree_draft", "tokenizer_digest"]
