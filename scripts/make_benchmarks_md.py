@@ -681,6 +681,13 @@ def main():
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
+                        ("bench_spec_bench_model_free_7", "Model-free drafters on "
+                         "Spec-Bench, seventh run: `ngram` with its sources since "
+                         "2026-12-04 (suffix, prompt lookup, sssd) against prompt lookup, "
+                         "130 questions, 2 repeats"),
+                        ("bench_spec_bench_model_free_6_behind", "Model-free drafters on "
+                         "the three Spec-Bench categories where `ngram` trailed, with its "
+                         "new default sources (30 questions, 2 repeats)"),
                         ("bench_spec_bench_model_free_5_behind", "Model-free drafters on "
                          "the three Spec-Bench categories where `ngram` trailed, after the "
                          "datastore's device copy left the timed prefill (30 questions, 2 "

@@ -26,6 +26,12 @@ later batches and later calls draft from earlier answers. It is saved and loaded
 for another tokenizer, another format version, or a corrupt one is refused with an error
 naming the file.
 
+With ``nodes=N`` the draft is the paper's speculation tree instead of the chain: every
+distinct continuation prefix of those occurrences is a candidate node, its empirical
+probability the share of the occurrences that continue that way; the most shared ones are
+verified at once, as many as pay on the machine's verify-cost curve (on the project's CPU
+they do not: docs/benchmarks.md).
+
 Drafts are deterministic given the context and the cache, so verification is exact (greedy:
 the plain-decoding tokens; sampling: the deterministic-candidate rule).
 """
@@ -444,7 +450,7 @@ class SuffixDrafter:
 
     def propose(self, params, target, state, ctx: StepContext, k, greedy, stop=None):
         if self.nodes:
-            tree, size, from_global, _ = suffix_tree_draft(
+            tree, _, from_global, _ = suffix_tree_draft(
                 params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
                 self.min_match, self.min_prob, self.factor, self.nodes,
                 bucketed_cost(self.cost, self.nodes))
