@@ -91,19 +91,24 @@ def brute_force(cache_docs, row, K, max_depth, candidates, min_match, min_prob, 
     return out, bool(out) and src < len(cache_docs)
 
 
+def random_search(rng, V, capacity, docs):
+    """A cache of fewer than `docs` random documents and 4 random rows (1-39 tokens, padded
+    to 48) over a `V`-token vocabulary: `(cache, rows, seq, lens)`."""
+    cache = SuffixCache(capacity)
+    for _ in range(int(rng.integers(0, docs))):
+        cache.add(rng.integers(0, V, int(rng.integers(1, 30))).tolist())
+    rows = [rng.integers(0, V, int(rng.integers(1, 40))).tolist() for _ in range(4)]
+    seq = np.zeros((4, 48), np.int32)
+    for i, r in enumerate(rows):
+        seq[i, :len(r)] = r
+    return cache, rows, seq, np.array([len(r) for r in rows], np.int32)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_search_equals_brute_force(seed):
     rng = np.random.default_rng(seed)
     V = 5  # a small vocabulary: many matches, ties and votes
-    cache = SuffixCache(120)
-    for _ in range(int(rng.integers(0, 6))):
-        cache.add(rng.integers(0, V, int(rng.integers(1, 30))).tolist())
-    rows = [rng.integers(0, V, int(rng.integers(1, 40))).tolist() for _ in range(4)]
-    L = 48
-    seq = np.zeros((4, L), np.int32)
-    for i, r in enumerate(rows):
-        seq[i, :len(r)] = r
-    lens = np.array([len(r) for r in rows], np.int32)
+    cache, rows, seq, lens = random_search(rng, V, capacity=120, docs=6)
     opts = dict(K=6, max_depth=int(rng.integers(1, 8)), candidates=int(rng.integers(1, 9)),
                 min_match=int(rng.integers(1, 3)), min_prob=float(rng.choice([0.0, 0.25])),
                 factor=float(rng.choice([0.5, 1.0, 3.0])))
@@ -164,14 +169,7 @@ def tree_paths(tree, b):
 def test_tree_equals_brute_force(seed):
     rng = np.random.default_rng(100 + seed)
     V = 4
-    cache = SuffixCache(160)
-    for _ in range(int(rng.integers(0, 7))):
-        cache.add(rng.integers(0, V, int(rng.integers(1, 30))).tolist())
-    rows = [rng.integers(0, V, int(rng.integers(1, 40))).tolist() for _ in range(4)]
-    seq = np.zeros((4, 48), np.int32)
-    for i, r in enumerate(rows):
-        seq[i, :len(r)] = r
-    lens = np.array([len(r) for r in rows], np.int32)
+    cache, rows, seq, lens = random_search(rng, V, capacity=160, docs=7)
     opts = dict(K=6, max_depth=int(rng.integers(1, 6)), candidates=int(rng.integers(1, 12)),
                 min_match=int(rng.integers(1, 3)), min_prob=float(rng.choice([0.0, 0.25])),
                 factor=float(rng.choice([0.5, 1.0, 3.0])))
