@@ -76,9 +76,7 @@ def main() -> None:
         return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree)
                    if hasattr(x, "dtype"))
 
-    specs = [x for arg in a.drafters
-             for x in ([arg] if ":" in arg else arg.split(","))]
-    for name in specs:  # each row is labelled with the spec as given
+    for name in methods.split_method_specs(a.drafters):  # rows labelled with the spec as given
         method, args = methods.parse_method_spec(name)
         d = methods.build(method, lm, args).drafter
         if answers and learns_across_calls(d):

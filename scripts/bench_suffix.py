@@ -123,8 +123,7 @@ def main() -> None:
     from specjax.engine import generate
     from specjax.models.loaders import load
 
-    names = [x.strip() for arg in a.methods
-             for x in ([arg] if ":" in arg else arg.split(",")) if x.strip()]
+    names = mlib.split_method_specs(a.methods)
     if "ar" not in names:
         names = ["ar"] + names
     lm = load(a.model)

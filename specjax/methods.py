@@ -103,6 +103,13 @@ def parse_method_spec(spec: str) -> tuple[str, dict[str, str]]:
                                    what=f"{spec!r}: an argument")
 
 
+def split_method_specs(args: list[str]) -> list[str]:
+    """A script's ``--methods`` arguments as one spec each: an argument with ``:`` is one spec
+    (its commas separate its options), any other a comma-separated list of names."""
+    return [x.strip() for arg in args for x in ([arg] if ":" in arg else arg.split(","))
+            if x.strip()]
+
+
 def base_method(name: str) -> str:
     """``"early_exit@tree"`` -> ``"early_exit"``: a label after ``@`` names a variant of a
     method (so one benchmark can compare, e.g., chain and tree drafting of one drafter)."""

@@ -228,7 +228,7 @@ def test_method_spec_of_the_scripts():
     """``name:key=value,...`` (scripts/ab_methods.py, profile_decode_loop.py): ``;`` inside a
     value is a comma; an argument without ``=`` is an error naming the spec."""
     from specjax.drafters.base import DrafterError
-    from specjax.methods import parse_method_spec
+    from specjax.methods import parse_method_spec, split_method_specs
 
     assert parse_method_spec("prompt_lookup") == ("prompt_lookup", {})
     assert parse_method_spec("ngram:learn=false,sources=suffix;sssd,k=8") == (
@@ -236,3 +236,7 @@ def test_method_spec_of_the_scripts():
     assert parse_method_spec("ngram:cost=1;100") == ("ngram", {"cost": "1,100"})
     with pytest.raises(DrafterError, match="'ngram:learn'.*key=value"):
         parse_method_spec("ngram:learn")
+    # --methods arguments: a spec with options is one argument, names may be comma-separated
+    assert split_method_specs(["ar,prompt_lookup", "ngram:sources=suffix;sssd,k=8",
+                               " suffix "]) == ["ar", "prompt_lookup",
+                                                "ngram:sources=suffix;sssd,k=8", "suffix"]

@@ -425,11 +425,17 @@ class SuffixDrafter:
     # drafters over different caches of one capacity share a program
     cache: SuffixCache | None = dataclasses.field(default=None, compare=False, hash=False,
                                                   repr=False)
-    tree: TreeSpec | None = None  # with nodes: a dynamic tree of that many nodes
     name: str = "suffix"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
     features: FeatureSpec = FeatureSpec()
+
+    @property
+    def tree(self) -> TreeSpec | None:
+        """None for a chain; with ``nodes``, a dynamic tree of that many nodes."""
+        if not self.nodes:
+            return None
+        return TreeSpec.dynamic(min(self.candidates, self.nodes), self.max_k, self.nodes)
 
     def learns_across_calls(self) -> bool:
         return self.learn
@@ -454,9 +460,9 @@ class SuffixDrafter:
                 params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
                 self.min_match, self.min_prob, self.factor, self.nodes,
                 bucketed_cost(self.cost, self.nodes))
-            valid = tree.valid & (tree.depth <= k[:, None]) & ctx.live[:, None]
-            tree = dataclasses.replace(tree, valid=valid)
-            n = jnp.sum(valid, axis=1).astype(jnp.int32)
+            # the nodes the loop will verify (it applies the same limits to the tree)
+            n = jnp.sum(tree.valid & (tree.depth <= k[:, None]) & ctx.live[:, None],
+                        axis=1).astype(jnp.int32)
         else:
             tokens, length, from_global, _ = suffix_draft(
                 params, ctx.seq, ctx.seq_len, self.max_k, self.max_depth, self.candidates,
@@ -519,8 +525,6 @@ def make_suffix(cfg: SuffixConfig, target_lm) -> SuffixDrafter:
                          nodes=cfg.nodes,
                          cost=(tuple(cfg.cost) if cfg.cost is not None
                                else default_cost(target_lm)) if cfg.nodes else (),
-                         tree=(TreeSpec.dynamic(min(cfg.candidates, cfg.nodes), cfg.k,
-                                                cfg.nodes) if cfg.nodes else None),
                          cache=cache)
 
 
