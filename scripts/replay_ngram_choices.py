@@ -41,8 +41,18 @@ compare runs across machines. The rules:
   options (``prior``, ``prior_weight``, ``source_decay``, ``min_gain``);
 * ``only=<source>``: that source alone under the same rule; ``without=<source>[+...]``:
   the others (the named sources still learn, as they would not: an upper bound);
+* ``minlen=<source>:<n>[+...][&<rule>]``: that source's chains shorter than ``n`` are not
+  offered nor learnt from (a minimum match), under ``<rule>`` (default: ``default``);
+* ``meta=<sources>[:<decay>]``: each step ``ngram``'s choice or the ``adaptive`` rule's on
+  those sources, whichever has had more committed tokens per step cost (decayed by
+  ``decay``, default 0.9; the rule not followed is scored from the committed tokens: at
+  least what it would have had accepted);
 * ``oracle``: each step the (source, length) with the most actually accepted tokens per step
   cost, knowing the text (a bound, not a rule).
+
+``--sources a,b,...`` replays the recording's named sources only (exact: each source's
+estimate learns from its own chains alone), so recordings of a drafter with more sources
+serve a drafter with fewer.
 
     python scripts/replay_ngram_choices.py --ids 161,163,165,167,169 \\
         --warm-journal docs/results/spec_bench_model_free_4.journal.jsonl
@@ -160,6 +170,14 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
     from specjax.drafters.dynamic_exit import tpl_choice
     from specjax.drafters.ngram import reach_chance, reach_length
 
+    if rule.startswith("minlen="):  # chains shorter than n not offered (nor learnt from)
+        head, _, rule = rule.partition("&")
+        lens = lens.copy()
+        for part in head[7:].split("+"):
+            src, n = part.split(":")
+            col = lens[:, d.names.index(src)]
+            col[col < int(n)] = 0
+        rule = rule or "default"
     if rule.startswith("set:"):  # the default rule with other options of the drafter
         opts = dict(kv.split("=") for kv in rule[4:].split(";"))
         d = dataclasses.replace(d, **{k: float(v) for k, v in opts.items()})
@@ -180,17 +198,30 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
     t, steps, drafted, accepted, cost = 0, 0, 0, 0, 0.0
     pol = [0.0, 0.0]  # the adaptive policy's decayed accepted / rejected counts
     chosen = np.zeros((S, 3), int)  # steps, drafted, accepted
+    def adaptive_pick(names_, pol_, L):
+        order = [names.index(x) for x in names_.split("+")]  # the first with a chain
+        src_ = next((x for x in order if L[x] > 0), order[0])
+        a_ = min((pol_[0] + 1) / (pol_[0] + pol_[1] + 2), 0.999)
+        tokens = (1 - a_ ** (np.arange(K + 1) + 1)) / (1 - a_)
+        gain_k = tokens / np.asarray(verify_cost)
+        k = int(np.argmax(gain_k)) if gain_k.max() > 1.0 else 0
+        return src_, min(k, int(L[src_]))
+
+    # meta=<sources>[:<decay>]: each step ngram's choice or the adaptive rule's on those
+    # sources, whichever has had more committed tokens per step cost (the other one's
+    # counted from the committed tokens: at least what it would have had accepted)
+    meta = rule.startswith("meta=")
+    if meta:
+        meta_src, _, md = rule[5:].partition(":")
+        meta_decay = float(md or 0.9)
+        pol_cf = [0.0, 0.0]
+        score = np.zeros((2, 2))  # (ngram, adaptive) x (tokens, cost), decayed
+        picked = [0, 0]
     while t < T:
         text = out[1 + t:]  # the tokens the chain at this position predicts
         L = lens[t]
         if rule.startswith("adaptive="):  # one source under the adaptive policy's rule
-            order = [names.index(x) for x in rule[9:].split("+")]  # the first with a chain
-            src = next((x for x in order if L[x] > 0), order[0])
-            a_ = min((pol[0] + 1) / (pol[0] + pol[1] + 2), 0.999)
-            tokens = (1 - a_ ** (np.arange(K + 1) + 1)) / (1 - a_)
-            gain_k = tokens / np.asarray(verify_cost)
-            k = int(np.argmax(gain_k)) if gain_k.max() > 1.0 else 0
-            n = min(k, int(L[src]))
+            src, n = adaptive_pick(rule[9:], pol, L)
         elif rule == "oracle":
             best = (1.0 / step_cost[0], 0, 0)
             for s in range(S):
@@ -234,6 +265,20 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
                                    jnp.asarray(cut[None], jnp.int32),
                                    reach=jnp.asarray(reach[None], jnp.float32))
             src, n = int(src[0]), int(n[0])
+        if meta:
+            alt = adaptive_pick(meta_src, pol_cf, L)
+            rate = (score[:, 0] + 1.0) / (score[:, 1] + 1.0)
+            use = int(rate[1] > rate[0])
+            picked[use] += 1
+            picks = [(src, n), alt]
+            src, n = picks[use]
+            mm = agreed(drafts[t, src], n, text) if n else 0
+            done = text[:mm + 1]
+            for r, (s_r, n_r) in enumerate(picks):
+                a_r = agreed(drafts[t, s_r], min(n_r, len(done)), done) if n_r else 0
+                score[r] = meta_decay * score[r] + (1 + a_r, step_cost[n_r])
+                if r == 1:
+                    pol_cf = [0.9 * pol_cf[0] + a_r, 0.9 * pol_cf[1] + (a_r < min(n_r, len(done)))]
         m = agreed(drafts[t, src], n, text) if n else 0
         if rule.startswith("tree2"):  # a second chain branching off the chosen one
             src, n, m = branch(drafts[t], cut, reach, src, n, verify_cost, text, K)
@@ -273,6 +318,9 @@ def main() -> None:
         "first", "set:min_gain=0.5", "set:min_gain=0.2", "set:prior=0.3", "set:source_decay=0.8",
         "set:prior_weight=4", "agree", "split=0.5", "bylen", "bylen:suffix", "tree2",
         "oracle"])
+    ap.add_argument("--sources", default=None,
+                    help="replay these of the recording's sources only, 'a,b,...' (exact: "
+                         "each source's estimate learns from its own chains alone)")
     ap.add_argument("--step-cost", default=None,
                     help="step costs in plain steps by verify block, 'T:c,T:c,...' "
                          "(default: the fourth model-free run's fits)")
@@ -312,6 +360,11 @@ def main() -> None:
     cache.mkdir(parents=True, exist_ok=True)
     tag = hashlib.sha1(f"{a.model} {d.description} {a.max_new_tokens} "
                        f"{a.warm_journal}".encode()).hexdigest()[:12]
+    rd = d  # the drafter the rules replay
+    if a.sources:
+        keep = [d.names.index(x) for x in a.sources.split(",")]
+        rd = dataclasses.replace(d, names=tuple(d.names[j] for j in keep),
+                                 sources=tuple(d.sources[j] for j in keep))
     for i in ids:
         f = cache / f"{tag}_{i}.npz"
         if not f.exists():
@@ -330,6 +383,8 @@ def main() -> None:
                                     ex["accepted"][0]]))
         z = np.load(f)
         drafts, lens, out, real = z["drafts"], z["lens"], z["out"].tolist(), z["real"]
+        if a.sources:  # the drafter with fewer sources, on the same recording
+            drafts, lens = drafts[:, keep], lens[:, keep]
         cat = byid[i]["category"]
         print(f"question {i} ({cat}): real run steps {real[0]} (+ prefill), "
               f"drafted {real[1]}, accepted {real[2]}")
@@ -340,13 +395,13 @@ def main() -> None:
                 curve = fitted_curve if c == "fitted" else tuple(
                     float(x) for x in c.split(";"))
                 vc = bucketed_cost(curve, K)
-            steps, dr, ac, cost, chosen = replay(d, drafts, lens, out, rule, vc, step_cost)
+            steps, dr, ac, cost, chosen = replay(rd, drafts, lens, out, rule, vc, step_cost)
             for key in ((cat, rule), ("all", rule)):
                 totals.setdefault(key, np.zeros(4))
                 totals[key] += (steps, dr, ac, cost)
             print(f"  {rule:28s} steps {steps:4d} drafted {dr:4d} accepted {ac:4d} "
                   f"cost {cost:7.1f}   by source (steps/drafted/accepted): " + ", ".join(
-                      f"{nm} {'/'.join(map(str, c))}" for nm, c in zip(d.names, chosen.tolist())))
+                      f"{nm} {'/'.join(map(str, c))}" for nm, c in zip(rd.names, chosen.tolist())))
     print("totals (cost in plain steps; the ratio: plain steps / cost, decode only):")
     for cat in dict.fromkeys(c for c, _ in totals):
         base = totals[cat, a.rules[0]]

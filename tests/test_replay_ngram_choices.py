@@ -82,3 +82,25 @@ def test_step_costs_interpolated_and_extrapolated(rp):
     assert [rp.cost_at(points, T) for T in (1, 3, 4, 6)] == pytest.approx([1.0, 1.3, 1.4, 1.6])
     # k = 0..3 drafted tokens -> blocks 1, 2, 4, 4 (the engine's buckets for max k 3)
     assert rp.step_cost_table(points, 3).tolist() == pytest.approx([1.0, 1.2, 1.4, 1.4])
+
+
+def test_minlen_and_meta_rules(rp):
+    """``minlen`` drops the chains shorter than its bound (nothing left: every step idle);
+    ``meta`` starts with ngram's choice (no scores yet)."""
+    d = types.SimpleNamespace(names=("a", "b"), prior=0.5, prior_weight=2.0,
+                              source_decay=0.9, min_gain=0.0, max_k=2)
+    out = [9, 1, 2, 3]
+    drafts = np.array([[[1, 2], [1, 7]], [[2, 3], [5, 5]], [[3, 0], [0, 0]]])
+    lens = np.array([[2, 2], [2, 2], [1, 0]])
+    step_cost = np.array([1.0, 1.2, 1.5])
+    idle = rp.replay(d, drafts, lens, out, "minlen=a:3+b:3", step_cost, step_cost)
+    assert idle[:3] == (3, 0, 0) and idle[3] == pytest.approx(3.0)
+    # source b's chains only (a's two-token chains dropped, the last one-token chain kept)
+    only_a_short = rp.replay(d, drafts, lens, out, "minlen=a:3", step_cost, step_cost)
+    assert only_a_short[4][0].tolist() == [0, 0, 0] and only_a_short[4][1, 1] >= 1
+    assert lens.tolist() == [[2, 2], [2, 2], [1, 0]]  # the recording is not changed
+    default = rp.replay(d, drafts, lens, out, "default", step_cost, step_cost)
+    meta = rp.replay(d, drafts, lens, out, "meta=b", step_cost, step_cost)
+    # ngram drafts a's first token at each of its two steps (accepted); meta's scores tie
+    # after the first step (b's first token is right too), so it follows ngram's rule
+    assert default[:3] == (2, 2, 2) and meta[:4] == default[:4]
