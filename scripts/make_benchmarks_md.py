@@ -518,7 +518,18 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_policies_untrained_idle_b1", "The draft model and the early "
+    for name, title in (("bench_spec_bench_untrained_default", "The draft model and the "
+                         "early exit under their default policy (adaptive, idle_decay 0.995) "
+                         "on Spec-Bench, 130 questions, batch 1 (issue 23's robustness bar)"),
+                        ("bench_spec_bench_heads_mh_default", "Medusa-1 and Hydra++ heads "
+                         "under their batch-1 default since 2026-12-03 (adaptive, measured "
+                         "step costs, idle_decay 0.995) on Spec-Bench, 130 questions (issue "
+                         "23's robustness bar)"),
+                        ("bench_policies_hydra_b1", "Hydra++ at batch 1: fixed k = 3 (its "
+                         "default then), adaptive, adaptive with idle_decay 0.995 and the "
+                         "confidence stop, Spec-Bench (2 questions per category, 64 tokens, "
+                         "2 repeats; issue 23)"),
+                        ("bench_policies_untrained_idle_b1", "The draft model and the early "
                                                              "exit under their default "
                                                              "policy since 2026-12-01 "
                                                              "(adaptive, idle_decay 0.995) "
