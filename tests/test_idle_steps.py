@@ -95,6 +95,55 @@ def test_draft_model_catch_up_fills_the_cache_as_a_prefill():
             np.testing.assert_allclose(a[b, :, :n], f[b, :, :n], rtol=1e-5, atol=1e-5)
 
 
+def test_draft_model_of_the_target_layers_takes_their_cache():
+    """The default draft model (the target's first blocks) runs no prefill: a row more than
+    ``CATCH_UP`` tokens behind takes those layers of the target cache, whose entries equal
+    the draft model's own prefill; rows all within ``CATCH_UP`` are fed as before (a junk
+    target cache is then not read). In the loop its drafts are those of the drafter that
+    prefills its own cache, and the outputs plain decoding's."""
+    from specjax.config import tiny_config
+    from specjax.drafters.draft_model import CATCH_UP, catch_up, truncated_copy
+    from specjax.models.loaders import random_model
+
+    t = random_model(tiny_config(vocab_size=32, num_layers=3), seed=4)
+    m = truncated_copy(t, 2)
+    B, S = 2, 64
+    seq = jax.random.randint(jax.random.key(1), (B, S), 0, 32, dtype=jnp.int32)
+    pos = jnp.broadcast_to(jnp.arange(S, dtype=jnp.int32)[None], (B, S))
+    tc = t(seq, pos, t.init_cache(B, S), compute_logits=False, prefix_empty=True).cache
+    own = m(seq, pos, m.init_cache(B, S), compute_logits=False, prefix_empty=True).cache
+    need = jnp.array([40, 12], jnp.int32)
+    tc = tc.with_lengths(need + 1)  # the committed tokens, up to the pending one
+    run = jax.jit(lambda c, tcache: catch_up(m, c, seq, need, tcache))
+    out = run(m.init_cache(B, S), tc)
+    assert out.lengths.tolist() == need.tolist()
+    for b in range(B):
+        n = int(need[b])
+        for a, f in zip(out.k + out.v, own.k + own.v):
+            np.testing.assert_allclose(a[b, :, :n], f[b, :, :n], rtol=1e-5, atol=1e-5)
+    # every row within CATCH_UP: fed through the draft model, the target cache not read
+    near = dataclasses.replace(tc, k=tuple(jnp.full_like(a, 7.0) for a in tc.k),
+                               v=tuple(jnp.full_like(a, 7.0) for a in tc.v))
+    have = need - CATCH_UP + 1
+    out = run(own.with_lengths(have), near)
+    for b in range(B):
+        n = int(need[b])
+        for a, f in zip(out.k + out.v, own.k + own.v):
+            np.testing.assert_allclose(a[b, :, :n], f[b, :, :n], rtol=1e-5, atol=1e-5)
+    # in the loop
+    target = sharp_tiny_pair()[0]
+    prompts = [[x % 8 for x in p] for p in mixed_prompts(3, seed=2)]
+    d = drafters.make("draft_model", target, k=3, layers=1)
+    assert d.target_layers == 1
+    shared = generate(target, prompts, max_new_tokens=24, drafter=d, batch_size=3)
+    own_prefill = generate(target, prompts, max_new_tokens=24, batch_size=3,
+                           drafter=dataclasses.replace(d, target_layers=0))
+    assert shared.tokens == generate(target, prompts, max_new_tokens=24).tokens
+    assert shared.tokens == own_prefill.tokens
+    assert shared.extra["accepted_at"] == own_prefill.extra["accepted_at"]
+    assert sum(shared.extra["drafted"]) > 0
+
+
 @pytest.mark.parametrize("name, kw", [
     pytest.param("prompt_lookup", dict(k=3, policy="fixed"), id="prompt_lookup-fixed"),
     pytest.param("ngram", dict(k=3, sources="prompt_lookup,token_recycling",

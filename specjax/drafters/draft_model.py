@@ -13,6 +13,14 @@ feeds nothing. The draft cache's ``lengths`` say how far it holds committed toke
 sets them to the new pending position minus one), and the next proposal first catches up on
 the tokens committed while it was idle, :data:`CATCH_UP` at a time, before the two-token
 feed. So a run that stops drafting costs plain steps, not a draft-model forward per token.
+
+The default stand-in (the target's first blocks, :func:`truncated_copy`) computes, for every
+committed token, exactly the keys and values the target's own first blocks put in the target
+cache. So it runs no prefill of its own: its cache starts empty, and a proposal that finds it
+more than :data:`CATCH_UP` tokens behind takes those layers of the target cache instead of
+feeding the tokens through (the first proposal, and the first after a long idle stretch). On
+the long Spec-Bench prompts its own prefill had cost 12-15% of the target's
+(docs/benchmarks_notes.md).
 """
 
 from __future__ import annotations
@@ -41,6 +49,9 @@ class DraftModelDrafter:
     vocab: int
     tree: TreeSpec | None = None
     description: str = ""
+    # > 0: the draft model is the target's first ``target_layers`` blocks (truncated_copy):
+    # its cache entries of committed tokens are the target cache's, taken instead of computed
+    target_layers: int = 0
     name: str = "draft_model"
     deterministic: bool = False
     features: FeatureSpec = FeatureSpec()
@@ -56,6 +67,8 @@ class DraftModelDrafter:
         m = self._model(params)
         B, P = prompt_tokens.shape
         cache = m.init_cache(B, cache_len)
+        if self.target_layers:  # the first proposal takes the prompt's entries from the target
+            return cache
         pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
         out = m(prompt_tokens, pos, cache, compute_logits=False,
                 prefix_empty=True)
@@ -70,7 +83,8 @@ class DraftModelDrafter:
             return o.logits[:, 0], o.cache
 
         n = ctx.seq_len - 1
-        state = catch_up(m, state, ctx.seq, n - 1)
+        state = catch_up(m, state, ctx.seq, n - 1,
+                         ctx.target_cache if self.target_layers else None)
         idx = jnp.stack([n - 1, n], axis=1)
         first = jnp.take_along_axis(ctx.seq, idx, axis=1)
         k = jnp.where(ctx.live, k, 0)
@@ -115,13 +129,26 @@ class DraftModelDrafter:
         return state
 
 
-def catch_up(m, cache, seq, need):
+def catch_up(m, cache, seq, need, target_cache=None):
     """The draft cache holding every committed token before position ``need[b]``: while some
     row's ``cache.lengths`` (entries before it hold committed tokens) is short of it, feed the
     next :data:`CATCH_UP` tokens of ``seq`` at their positions (a row already there, or nearly,
     rewrites committed entries it holds with the same values). No forward when no row is
-    behind, which is every step after a drafting step."""
+    behind, which is every step after a drafting step.
+
+    ``target_cache`` (a draft model made of the target's first blocks): when some row is more
+    than :data:`CATCH_UP` tokens behind, the draft cache becomes those layers of the target
+    cache (which holds every committed token before the pending one) instead."""
     C = min(CATCH_UP, cache.max_len)
+    if target_cache is not None:
+        L = cache.num_layers
+
+        def take(c):
+            return dataclasses.replace(c, k=tuple(target_cache.k[:L]),
+                                       v=tuple(target_cache.v[:L]),
+                                       lengths=jnp.minimum(target_cache.lengths, need))
+
+        cache = jax.lax.cond(jnp.any(cache.lengths + C < need), take, lambda c: c, cache)
     pos0 = jnp.arange(C, dtype=jnp.int32)[None]
 
     def body(cache):
@@ -176,12 +203,14 @@ def make_draft_model(cfg: DraftModelConfig, target_lm) -> DraftModelDrafter:
     draft_model, layers = cfg.draft_model, cfg.layers
     target = getattr(target_lm, "model", target_lm)
     L = target.cfg.num_layers
+    shared = 0  # the target's blocks the draft model is made of (its cache entries are theirs)
     if draft_model is None:
         n = layers if layers is not None else max(1, L // 6)
         if not isinstance(n, int) or not 1 <= n < L:
             raise DrafterError(f"layers must be in [1, {L - 1}], got {n!r}")
         dm = truncated_copy(target, n)
         desc = f"target's first {n} of {L} layers"
+        shared = n
     elif hasattr(draft_model, "cfg"):  # a Llama
         dm, desc = draft_model, "given model"
     else:
@@ -213,4 +242,5 @@ def make_draft_model(cfg: DraftModelConfig, target_lm) -> DraftModelDrafter:
     graphdef, params = nnx.split(dm)
     return DraftModelDrafter(graphdef=graphdef, max_k=spec.depth if spec else cfg.k,
                              vocab=dm.cfg.vocab_size, tree=spec, description=desc,
+                             target_layers=shared,
                              _params=params)
