@@ -518,7 +518,11 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_spec_bench_untrained_default", "The draft model and the "
+    for name, title in (("bench_spec_bench_untrained_default_2", "The draft model under its "
+                         "default policy after its stand-in stopped prefilling its own cache "
+                         "(it takes the target's first layers' entries), Spec-Bench, 130 "
+                         "questions, batch 1 (issue 23's robustness bar)"),
+                        ("bench_spec_bench_untrained_default", "The draft model and the "
                          "early exit under their default policy (adaptive, idle_decay 0.995) "
                          "on Spec-Bench, 130 questions, batch 1 (issue 23's robustness bar)"),
                         ("bench_spec_bench_heads_mh_default", "Medusa-1 and Hydra++ heads "
