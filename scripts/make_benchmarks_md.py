@@ -518,7 +518,10 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
-    for name, title in (("bench_spec_bench_untrained_default_2", "The draft model under its "
+    for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
+                         "default (adaptive, measured step costs, idle_decay 0.995) on "
+                         "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_untrained_default_2", "The draft model under its "
                          "default policy after its stand-in stopped prefilling its own cache "
                          "(it takes the target's first layers' entries), Spec-Bench, 130 "
                          "questions, batch 1 (issue 23's robustness bar)"),

@@ -198,6 +198,7 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
     t, steps, drafted, accepted, cost = 0, 0, 0, 0, 0.0
     pol = [0.0, 0.0]  # the adaptive policy's decayed accepted / rejected counts
     chosen = np.zeros((S, 3), int)  # steps, drafted, accepted
+
     def adaptive_pick(names_, pol_, L):
         order = [names.index(x) for x in names_.split("+")]  # the first with a chain
         src_ = next((x for x in order if L[x] > 0), order[0])
@@ -216,7 +217,6 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
         meta_decay = float(md or 0.9)
         pol_cf = [0.0, 0.0]
         score = np.zeros((2, 2))  # (ngram, adaptive) x (tokens, cost), decayed
-        picked = [0, 0]
     while t < T:
         text = out[1 + t:]  # the tokens the chain at this position predicts
         L = lens[t]
@@ -269,7 +269,6 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
             alt = adaptive_pick(meta_src, pol_cf, L)
             rate = (score[:, 0] + 1.0) / (score[:, 1] + 1.0)
             use = int(rate[1] > rate[0])
-            picked[use] += 1
             picks = [(src, n), alt]
             src, n = picks[use]
             mm = agreed(drafts[t, src], n, text) if n else 0
