@@ -521,6 +521,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_untrained_layer_skip", "Layer skipping under "
+                         "its default policy (adaptive, measured step costs: no draft pays, "
+                         "so it decodes plainly) on Spec-Bench, 130 questions, batch 1: plain "
+                         "decoding timed against itself (issue 23)"),
                         ("bench_spec_bench_untrained_default_2", "The draft model under its "
                          "default policy after its stand-in stopped prefilling its own cache "
                          "(it takes the target's first layers' entries), Spec-Bench, 130 "
