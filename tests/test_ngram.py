@@ -187,6 +187,49 @@ def test_choice_prices_the_verify_block():
     assert np.asarray(n).tolist() == [0]  # 1.2 / 1.3 < 1: plain step
 
 
+def test_batch_choice_against_every_combination():
+    """In a batch the block is the longest draft's: ``batch_choice``'s (source, length) per
+    row gives the most expected tokens per verify cost over every combination of the rows'
+    choices (brute force), ignores rows no longer live, and at batch 1 is ``tpl_choice``'s."""
+    import itertools
+
+    from specjax.drafters.dynamic_exit import tpl_choice
+    from specjax.drafters.ngram import batch_choice, reach_chance
+    from specjax.policies.adaptive import bucketed_cost
+
+    rng = np.random.default_rng(3)
+    B, S, K = 3, 2, 4
+    vc = bucketed_cost((1.0, 1.1, 1.6, 1.6, 2.5), K)
+    for trial in range(40):
+        alpha = jnp.asarray(rng.uniform(0.05, 0.95, (B, S)), jnp.float32)
+        reach = reach_chance(alpha, K)
+        cut = jnp.asarray(rng.integers(0, K + 1, (B, S)), jnp.int32)
+        live = jnp.asarray(rng.uniform(size=B) < 0.8)
+        src, n = batch_choice(reach, cut, vc, live)
+        r, c, lv = np.asarray(reach), np.asarray(cut), np.asarray(live)
+
+        def value(choice):  # choice: per row (source, length)
+            tokens = sum(1 + r[b, s, :m].sum() for b, (s, m) in enumerate(choice) if lv[b])
+            return tokens / float(vc[max(m for _, m in choice)])
+
+        options = [[(s, m) for s in range(S) for m in range(c[b, s] + 1)] if lv[b]
+                   else [(0, 0)] for b in range(B)]
+        best = max(value(ch) for ch in itertools.product(*options))
+        got = list(zip(np.asarray(src).tolist(), np.asarray(n).tolist()))
+        assert value(got) == pytest.approx(best, rel=1e-5), (trial, got)
+        assert all(m == 0 for (_, m), ok in zip(got, lv) if not ok)
+        assert all(m <= c[b, s] for b, (s, m) in enumerate(got))
+        one = batch_choice(reach[:1], cut[:1], vc, jnp.ones((1,), bool))
+        own = tpl_choice(alpha[:1], jnp.zeros((S,)), vc, cut[:1], reach=reach[:1])
+        assert value_one(one, r, vc) == pytest.approx(value_one(own[:2], r, vc), rel=1e-5)
+
+
+def value_one(choice, r, vc):
+    """Expected tokens per verify cost of one row's ``(source [1], length [1])``."""
+    s, m = int(choice[0][0]), int(choice[1][0])
+    return (1 + r[0, s, :m].sum()) / float(vc[m])
+
+
 def test_drafts_nothing_where_no_block_pays(target, prompts, plain):
     """A verify curve under which no draft pays: ngram decodes plainly (same tokens, nothing
     drafted); a flat one: it drafts."""

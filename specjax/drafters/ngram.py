@@ -29,7 +29,12 @@ cost, ``(1 + sum_{i <= n} a_s ** i) / cost(n + 1)``, where ``a_s`` is the row's 
 estimate of the source's per-token acceptance and ``cost`` the bucketed verify-cost curve of
 the machine (:mod:`specjax.cost_curves`, measured on first use and cached, as for the
 ``adaptive`` policy; ``cost=`` takes a curve), ``n`` at most the source's chain (cut where
-``a_s ** i`` falls below ``min_gain``); ``n = 0`` where nothing pays. The sources run
+``a_s ** i`` falls below ``min_gain``); ``n = 0`` where nothing pays. In a batch one block
+is verified for all rows, as long as the longest draft, so the choice is the batch's
+(:func:`batch_choice`): the block length with the most expected tokens of all live rows per
+verify cost of the batch's curve, then each row's best source within it; a row with nothing
+worth drafting no longer pays the block another row's chain would have bought alone (until
+2026-12-05 each row chose as if it were alone). The sources run
 and the choice is made in the drafter's ``plan``, before the step: a step where no row
 drafts is an idle step (a plain forward and ``skip``, which learns the sources' estimates
 from the committed token), not a verify pass of the pending token alone. Pricing
@@ -195,6 +200,34 @@ def reach_sum(reach: jax.Array, n: jax.Array) -> jax.Array:
     draft whose first ``i`` tokens are all accepted with chance ``reach [..., K]``."""
     i = jnp.arange(1, reach.shape[-1] + 1)
     return jnp.sum(jnp.where(i <= n[..., None], reach, 0.0), axis=-1)
+
+
+def batch_choice(reach: jax.Array, cut: jax.Array, verify_cost: jax.Array,
+                 live: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Each row's ``(source [B], length [B])`` when the batch verifies one block, whose size
+    its longest draft sets: the block's draft length ``L`` that gives the live rows the most
+    expected tokens per verify cost, ``sum_rows max_s (1 + reach_sum(s, min(cut_s, L)))
+    / verify_cost[L]`` (``L = 0``: a plain step, one token per row), and each row the source
+    with the most expected tokens within ``L``, drafting its chain up to ``L`` (a longer
+    draft than the row's own best costs nothing more in a block that size). At batch 1 it is
+    the row's own choice (:func:`tpl_choice`); in a batch, one row's long chain no longer
+    makes every row pay its block when the other rows have nothing to draft.
+
+    ``reach [B, S, K]`` (:func:`reach_chance`), ``cut [B, S]`` the most tokens worth drafting
+    from each source, ``verify_cost [K + 1]`` the bucketed cost of a step drafting ``0..K``,
+    ``live [B]``."""
+    B, S, K = reach.shape
+    i = jnp.arange(1, K + 1)
+    gained = jnp.where(i <= cut[..., None], reach, 0.0)  # [B, S, K]
+    tokens = 1.0 + jnp.concatenate([jnp.zeros((B, S, 1), reach.dtype),
+                                    jnp.cumsum(gained, axis=-1)], axis=-1)  # [B, S, K + 1]
+    row = jnp.max(tokens, axis=1)  # [B, K + 1]: a row's most expected tokens within L
+    per_cost = jnp.sum(jnp.where(live[:, None], row, 0.0), axis=0) / verify_cost
+    L = jnp.argmax(per_cost)  # ties: the shorter block
+    src = jnp.argmax(tokens[:, :, L], axis=1).astype(jnp.int32)
+    n = jnp.minimum(cut[jnp.arange(B), src], L)
+    n = jnp.where(live, n, 0).astype(jnp.int32)
+    return jnp.where(n > 0, src, 0), n
 
 
 def reach_length(reach: jax.Array, min_gain: float) -> jax.Array:
@@ -369,10 +402,12 @@ class NgramDrafter:
         if self.cost is None:  # the most expected accepted tokens (ties: the first source)
             src = jnp.argmax(reach_sum(reach, cut), axis=1)
             n = cut[jnp.arange(B), src]
-        else:  # the most expected tokens per verify cost, over (source, length), 0 included
+        elif B == 1:  # the most expected tokens per verify cost, over (source, length)
             S = len(self.sources)
             src, n, _ = tpl_choice(reach[..., 0], jnp.zeros((S,), jnp.float32),
                                    bucketed_cost(self.cost, self.max_k), cut, reach=reach)
+        else:  # the batch verifies one block: the longest draft's (batch_choice)
+            src, n = batch_choice(reach, cut, bucketed_cost(self.cost, self.max_k), ctx.live)
         tokens = drafts[jnp.arange(B), src]
         n = jnp.where(ctx.live, n, 0)
         chosen = state["chosen"] + (jax.nn.one_hot(src, len(self.sources), dtype=jnp.int32)
