@@ -521,6 +521,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_default", "Token Recycling "
+                         "under its default since 2026-12-05 (adaptive, each depth of its "
+                         "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
+                         "(issue 23's robustness bar, issue 24's per-category figure)"),
                         ("bench_ngram_b4", "`ngram` (choosing the block for the batch "
                          "since 2026-12-05) and prompt lookup at batch 4, 52 Spec-Bench "
                          "questions, each category's four as one batch (issue 23's "

@@ -10,12 +10,14 @@ was not chosen, are errors naming the method and the key.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 from specjax import cost_curves
 from specjax.drafters.base import DRAFTERS
 from specjax.errors import DrafterError
 from specjax.policies import POLICIES
+from specjax.policies.adaptive import tree_step_cost
 from specjax.verifiers import VERIFIERS
 
 METHODS = ("ar",) + tuple(DRAFTERS.names())
@@ -25,6 +27,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "prompt_lookup": {"k": 16, "min_ngram": 2, "max_ngram": 3, "policy": "adaptive",
                       "decay": 0.97},
     "ngram": {"k": 16, "policy": "fixed"},  # it prices its chains itself (verify curve)
+    # its static tree cut at the depth that pays on this machine's verify curve, priced by
+    # the nodes each depth verifies (tree_step_cost); a row whose drafts keep failing stops
+    # and probes again after about 165 idle steps. Its fixed 10-node tree ran at 0.69x of
+    # plain decoding over the 130 Spec-Bench questions on the project's 2-core CPU
+    # (docs/benchmarks_notes.md, "Token recycling backs off ...")
+    "token_recycling": {"policy": "adaptive", "idle_decay": 0.995},
     "early_exit": {"k": 3},
     "layer_skip": {"k": 3},
     "draft_model": {"k": 3},
@@ -74,6 +82,16 @@ BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     name: {"policy": "adaptive"}
     for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")
 }
+
+
+def static_tree(drafter):
+    """The static tree a model-free drafter drafts (token recycling's), or None: a chain, a
+    tree whose shape the drafter chooses each step, or a model-based drafter (its steps are
+    timed whole in the decode loop, :mod:`specjax.draft_costs`)."""
+    tree = getattr(drafter, "tree", None)
+    if tree is None or not getattr(drafter, "model_free", False):
+        return None
+    return tree if getattr(tree, "kind", None) == "fixed" else None
 
 
 class Method(NamedTuple):
@@ -272,8 +290,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     # the whole step's cost, measured in the decode loop of this machine (model-based drafters)
     priced = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
                                                        batch)
+    tree = static_tree(drafter)
     if "cost" in p_opts and not priced:  # the verify curve of this machine and target
-        _fill_measured_cost(p_args, lm, drafter.max_k, batch)
+        # (a static tree's blocks hold all its nodes: the curve must reach that far)
+        _fill_measured_cost(p_args, lm, drafter.max_k if tree is None else tree.num_nodes,
+                            batch)
     if "draft_cost" in p_opts and not priced:
         _fill_draft_cost(p_args)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance
@@ -282,6 +303,10 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     if fill is not None:
         p_args = dict(fill(dict(p_args), drafter))
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
+    if tree is not None and not priced and "step_cost" in p_opts and not policy.step_cost:
+        # a policy's k cuts the tree at depth k: price each depth by the nodes it verifies
+        policy = dataclasses.replace(policy, step_cost=tree_step_cost(
+            policy.cost, tree, policy.draft_cost, policy.draft_overhead))
     if hasattr(policy, "check_target"):  # e.g. a profiled table: for this model and device?
         policy.check_target(lm)
     if hasattr(policy, "check_drafter"):  # e.g. an acceptance head: for this drafter?

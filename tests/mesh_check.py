@@ -38,7 +38,8 @@ def main(quick: bool):
     prompts[1] = [5, 6, 7, 8] * 5
     out = {"mismatch": []}
     runs = (("ar", {}), ("prompt_lookup", {}), ("eagle", {"head": "random"}),
-            ("token_recycling", {}), ("stand", {"buckets": "1024"}),
+            # its tree drafted every step (its default, adaptive, may decode plainly)
+            ("token_recycling", {"policy": "fixed"}), ("stand", {"buckets": "1024"}),
             ("del", {"prior": "0.9", "prior_weight": "50"}),
             ("draft_model", {}), ("early_exit", {"exit_layer": "2"}),
             ("medusa", {"head": "random"}), ("hydra", {"head": "random"}),

@@ -307,7 +307,9 @@ IDENTITY = [(d, p) for p in PRECISIONS for d in (
     "prompt_lookup", "draft_model", "eagle", "early_exit", "layer_skip", "medusa", "hydra",
     "token_recycling", "stand", "del")]
 QUICK = [("prompt_lookup", "bfloat16")]
-DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"}}
+DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"},
+                # the tree verified every step (the default, adaptive, may decode plainly)
+                "token_recycling": {"policy": "fixed"}}
 
 
 def _identity(drafter, precision):

@@ -142,6 +142,82 @@ def test_greedy_identity(target, prompts, plain, args):
     assert sum(r.extra["accepted"]) > 0
 
 
+def test_tree_step_cost_prices_each_depth_by_its_nodes():
+    """A policy's ``k`` cuts a static tree at depth ``k``: the step that drafts the first
+    ``d`` levels of ``levels:4.3.2.1`` (4, 7, 9, 10 nodes) costs the curve at the block
+    the engine runs for those nodes (blocks of 1, 2, 4, 8, 11 tokens), over a plain step."""
+    from specjax.policies.adaptive import tree_step_cost
+    from specjax.tree import parse_tree
+
+    curve = tuple(1.0 + 0.1 * t for t in range(12))  # cost(T) = 0.9 + 0.1 T
+    got = tree_step_cost(curve, parse_tree("levels:4.3.2.1", k=4))
+    # 4 nodes: a block of 8 (cost 1.7); 7: 8; 9 and 10: 11 (2.0)
+    assert got == pytest.approx((1.0, 1.7, 1.7, 2.0, 2.0))
+    # a drafting overhead and a cost per node are added to the steps that draft
+    assert tree_step_cost(curve, parse_tree("levels:4.3.2.1", k=4), 0.01, 0.1) == \
+        pytest.approx((1.0, 1.84, 1.87, 2.19, 2.2))
+    # a 2-node chain: blocks of 2 and 3 (its last bucket is its whole tree)
+    assert tree_step_cost(curve, parse_tree("levels:1.1", k=2)) == pytest.approx((1.0, 1.1, 1.2))
+
+
+def test_default_backs_off_where_the_tree_does_not_pay(target, prompts, plain):
+    """The default (``adaptive``, each depth priced by its nodes): under a curve where no
+    depth pays the run decodes plainly; under a flat one it drafts the whole tree; both
+    give plain decoding's tokens, and a run that mixes idle steps (``skip``, which records
+    the committed token) with drafting steps too."""
+    m = methods.build("token_recycling", target, {})
+    assert m.policy.name == "adaptive" and len(m.policy.step_cost) == m.drafter.max_k + 1
+    dear = ",".join(["1"] + ["4"] * 15)
+    m = methods.build("token_recycling", target, {"cost": dear})
+    assert m.policy.step_cost == (1.0, 4.0, 4.0, 4.0, 4.0)
+    r = generate(target, prompts, max_new_tokens=14, drafter=m.drafter, policy=m.policy,
+                 batch_size=8)
+    assert r.tokens == plain and sum(r.extra["drafted"]) == 0
+    flat = ",".join(["1"] * 16)
+    m = methods.build("token_recycling", target, {"cost": flat})
+    r = generate(target, prompts, max_new_tokens=14, drafter=m.drafter, policy=m.policy,
+                 batch_size=8)
+    assert r.tokens == plain and sum(r.extra["accepted"]) > 0
+    # a curve where the first level (4 nodes, an 8-token block) pays only while drafts are
+    # accepted: rows stop and probe again, idle steps between
+    mixed = ",".join(["1", "1.05", "1.1", "1.15", "1.2", "1.25", "1.3", "1.6"] + ["3"] * 8)
+    for B in (1, 3):
+        m = methods.build("token_recycling", target, {"cost": mixed, "idle_decay": "0.8"})
+        r = generate(target, prompts[:B], max_new_tokens=14, drafter=m.drafter,
+                     policy=m.policy, batch_size=B)
+        assert r.tokens == plain[:B], B
+        assert sum(r.extra["drafted"]) > 0 and sum(r.extra["idle_steps"]) > 0, B
+
+
+def test_skip_records_the_committed_token(target):
+    """An idle step's ``skip``: table[root] = the idle forward's top ids at the root (the
+    target's table), or root -> the new token (``from_text``)."""
+    import types
+
+    from specjax.drafters.base import StepContext
+    from specjax.drafters.token_recycling import TokenRecyclingDrafter
+    from specjax.features import Features
+
+    V = target.cfg.vocab_size
+    seq = jnp.asarray([[1, 2, 3, 4, 9], [5, 6, 7, 8, 0]])
+    ctx = StepContext(seq=seq, seq_len=jnp.asarray([5, 4]),
+                      target_cache=types.SimpleNamespace(lengths=jnp.asarray([4, 3])),
+                      keys=None, live=jnp.asarray([True, True]), temperature=None,
+                      top_k=None, top_p=None)
+    d = TokenRecyclingDrafter(max_k=3, width=2, vocab_size=V)
+    table = jnp.zeros((2, V, 2), jnp.int32)
+    top = jnp.asarray([[[11, 12]], [[13, 14]]], jnp.int32)  # the root's top ids
+    got = np.asarray(d.skip(None, target, table, ctx, Features(top_ids=top)))
+    # roots: row 0's token at position 3 (4), row 1's at 2 (7)
+    assert got[0, 4].tolist() == [11, 12] and got[1, 7].tolist() == [13, 14]
+    assert int(np.count_nonzero(got)) == 4
+    t = TokenRecyclingDrafter(max_k=3, width=1, vocab_size=V, from_text=True)
+    got = np.asarray(t.skip(None, target, jnp.zeros((2, V, 1), jnp.int32), ctx, None))[..., 0]
+    # the pair into the root and the root -> the new pending token
+    assert {k: int(got[0, k]) for k in range(V) if got[0, k]} == {3: 4, 4: 9}
+    assert {k: int(got[1, k]) for k in range(V) if got[1, k]} == {6: 7, 7: 8}
+
+
 def test_rows_ending_mid_step(target, prompts, plain):
     m = methods.build("token_recycling", target, {})
     for B, n in ((8, 5), (8, 11)):

@@ -129,6 +129,20 @@ class TokenRecyclingDrafter:
         return DraftTree(tokens=tokens, parent=parent, depth=dep, valid=valid), state, \
             ctx.target_cache
 
+    def skip(self, params, target, state, ctx, features):
+        """A step that drafted nothing (``DecodeLoop.idle_skip``): the table records the
+        committed token as ``update`` does with nothing accepted (the idle forward's top ids
+        at the root, or the pair of the row's text)."""
+        B, D = ctx.seq.shape[0], self.max_k
+        path = jnp.full((B, D), -1, jnp.int32)
+        tree = DraftTree.chain(jnp.zeros((B, D), jnp.int32), jnp.zeros((B,), jnp.int32))
+        if not self.from_text:  # one position's top ids: the root's
+            top = features.top_ids
+            features = dataclasses.replace(
+                features, top_ids=jnp.pad(top, ((0, 0), (0, D + 1 - top.shape[1]), (0, 0))))
+        return self.update(params, state, ctx, jnp.zeros((B,), jnp.int32), tree, path,
+                           features)
+
     def update(self, params, state, ctx, n_acc, tree, path, features):
         # committed this step: the root (the step's pending token), then the accepted nodes
         B, D = path.shape

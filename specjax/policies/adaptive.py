@@ -129,6 +129,27 @@ def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
     return jnp.asarray(out, jnp.float32)
 
 
+def tree_step_cost(cost: tuple[float, ...], tree, draft_cost: float = 0.0,
+                   draft_overhead: float = 0.0) -> tuple[float, ...]:
+    """What a step that drafts a static tree's first ``d = 0..depth`` levels costs relative to
+    a plain step: the verify curve ``cost`` at the block the engine runs for the nodes of
+    those levels (breadth first, so the first ``nodes(d)`` of the tree; bucketed among the
+    tree's blocks, :func:`specjax.buckets.verify_block`), plus ``draft_overhead + nodes(d) *
+    draft_cost`` when ``d >= 1``. A policy's ``k`` cuts a tree at depth ``k``, so this is its
+    ``step_cost`` for a tree drafter: a chain's curve would price a ten-node tree's first
+    level (four nodes) as a two-token block."""
+    from specjax.tree import static_topology
+
+    _, _, depth = static_topology(tree, tree.depth)
+    by_nodes = bucketed_cost(cost, len(depth))  # [N + 1]: by the number of nodes drafted
+    base = float(by_nodes[0])
+    out = [1.0]
+    for d in range(1, tree.depth + 1):
+        nodes = sum(1 for x in depth if x <= d)
+        out.append(float(by_nodes[nodes]) / base + draft_overhead + nodes * draft_cost)
+    return tuple(out)
+
+
 def drafting_step_cost(cost: tuple[float, ...], max_k: int, draft_cost: float,
                        draft_overhead: float) -> jnp.ndarray:
     """What a step that drafts k = 0..max_k tokens costs relative to a plain step: the
@@ -162,7 +183,7 @@ def check_step_cost(policy) -> None:
 def _cost_parts(policy, k: int) -> str:
     """How a drafting step's cost was made, for messages."""
     if policy.step_cost:
-        return "measured in the decode loop"
+        return "step_cost: measured in the decode loop, or a static tree's verify blocks"
     d, o = policy.draft_cost, policy.draft_overhead
     v = float(bucketed_cost(policy.cost, policy.max_k)[k])
     return (f"verify {v:.2f}, drafting overhead {o:.2f}, {k} x draft cost {d:.3f}")
