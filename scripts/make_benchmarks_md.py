@@ -525,6 +525,9 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_min_gain", "`ngram` drafting only chains it is "
+                         "confident of (min_gain=0.6) at batch 4, the questions of "
+                         "bench_ngram_b4"),
                         ("bench_ngram_b4_floor", "`ngram` that never drafts "
                          "(min_gain=0.9999) at batch 4, the questions of bench_ngram_b4: the "
                          "cost of its lookups alone"),
