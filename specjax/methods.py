@@ -22,6 +22,11 @@ from specjax.verifiers import VERIFIERS
 
 METHODS = ("ar",) + tuple(DRAFTERS.names())
 
+# the `idle_decay` of the drafters that back off under `adaptive` and always offer a draft when
+# asked (the untrained drafters, the Medusa and Hydra heads, Token Recycling): a row that
+# stopped drafting probes again after about 165 idle steps (the comments below)
+UNTRAINED_IDLE_DECAY = 0.995
+
 # per-method defaults (chosen from the measurements in docs/benchmarks.md)
 DEFAULTS: dict[str, dict[str, Any]] = {
     "prompt_lookup": {"k": 16, "min_ngram": 2, "max_ngram": 3, "policy": "adaptive",
@@ -32,7 +37,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # and probes again after about 165 idle steps. Its fixed 10-node tree ran at 0.69x of
     # plain decoding over the 130 Spec-Bench questions on the project's 2-core CPU
     # (docs/benchmarks_notes.md, "Token recycling backs off ...")
-    "token_recycling": {"policy": "adaptive", "idle_decay": 0.995},
+    "token_recycling": {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY},
     "early_exit": {"k": 3},
     "layer_skip": {"k": 3},
     "draft_model": {"k": 3},
@@ -64,7 +69,6 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # EAGLE-3 keeps k = 3 at batch 1: `adaptive` matched it within 2% (1.35x against 1.37x) and
 # its weakest category was 1.06x over 130 questions.
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
-UNTRAINED_IDLE_DECAY = 0.995
 IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"k": 3},
