@@ -38,7 +38,8 @@ from flax import nnx
 from specjax.buckets import verify_buckets
 from specjax.cache import KVCache
 from specjax.drafters._tree import run_if
-from specjax.drafters.base import StepContext, drafter_features, planned_k, tree_spec
+from specjax.drafters.base import (StepContext, drafter_features, drafter_prefill_features,
+                                   planned_k, tree_spec)
 from specjax.features import (
     NO_FEATURES,
     Features,
@@ -199,7 +200,7 @@ class DecodeLoop:
         target = nnx.merge(self.graphdef, params)
         B, P = tokens.shape
         K = self.K
-        fs = self.features
+        fs = drafter_prefill_features(self.drafter) if self.speculative else NO_FEATURES
         cache = target.init_cache(B, cache_len)
         if self.cache_sharding is not None:
             cache = cache.constrain(self.cache_sharding)

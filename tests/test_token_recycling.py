@@ -127,8 +127,34 @@ def test_from_text_table_is_the_texts_successors(target, prompts):
         TokenRecyclingDrafter(max_k=4, width=2, vocab_size=V, from_text=True)
 
 
+def test_prompt_text_fills_the_prompt_from_its_text(target, prompts):
+    """``prompt=text``: the prefill asks for no features (so it computes the LM head at the
+    last position alone); table[b, t] = [the token after the latest occurrence of t in row
+    b's prompt, then the junk columns]; the verify passes still record the top ids."""
+    from specjax.drafters.base import drafter_prefill_features
+
+    d = drafters.make("token_recycling", target, width=3, prompt="text")
+    assert d.features == FeatureSpec(top_ids=3)
+    assert drafter_prefill_features(d) == FeatureSpec()
+    assert drafter_prefill_features(drafters.make("token_recycling", target, width=3)) == \
+        FeatureSpec(top_ids=3)
+    P = max(len(p) for p in prompts[:3])
+    toks = np.zeros((3, P), np.int32)
+    for i, p in enumerate(prompts[:3]):
+        toks[i, :len(p)] = p
+    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    table = np.asarray(d.init(None, target, jnp.asarray(toks), jnp.asarray(lens), 64, None))
+    for b in range(3):
+        want = {int(toks[b, t]): int(toks[b, t + 1]) for t in range(lens[b] - 1)}
+        for tok in range(target.cfg.vocab_size):
+            assert table[b, tok].tolist() == [want.get(tok, 0), 1, 2], (b, tok)
+    with pytest.raises(DrafterError, match="prompt must be one of"):
+        drafters.make("token_recycling", target, prompt="logits")
+
+
 @pytest.mark.parametrize("args", [
     pytest.param({}, id="default-tree"),
+    pytest.param({"prompt": "text"}, id="prompt-text"),
     pytest.param({"k": "3", "tree": "chain"}, id="chain-3", marks=pytest.mark.long),  # time
     pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}, id="fixed-tree",
                  marks=pytest.mark.long)])  # suite time: the default tree runs

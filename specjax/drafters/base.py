@@ -108,6 +108,7 @@ class Drafter(Protocol):
     deterministic: bool  # proposals are a function of the context (q = one-hot)
     tree: TreeSpec | None  # None: a chain of max_k tokens
     features: FeatureSpec  # target features it reads (FeatureSpec() for none)
+    # optional: prefill_features, what ``init`` reads if not ``features``
 
     def params(self) -> Any: ...
 
@@ -126,10 +127,13 @@ DRAFTERS = Registry("drafter", DrafterError)
 
 def skip_as_update(self, params, target, state, ctx: StepContext, features: Features):
     """A ``skip`` for drafters whose ``update`` with nothing accepted is all the bookkeeping a
-    step needs (Medusa, Hydra: the state takes the committed token's features); assign it as
-    the class's ``skip``."""
-    n0 = jnp.zeros(ctx.seq_len.shape, jnp.int32)
-    return self.update(params, state, ctx, n0, None, None, features)
+    step needs (Medusa, Hydra: the state takes the committed token's features; ``ngram``,
+    Token Recycling: the committed token is recorded); assign it as the class's ``skip``.
+    ``update`` gets an empty chain of ``max_k`` tokens and a path of -1 (nothing accepted)."""
+    B, K = ctx.seq_len.shape[0], self.max_k
+    n0 = jnp.zeros((B,), jnp.int32)
+    tree = DraftTree.chain(jnp.zeros((B, K), jnp.int32), n0)
+    return self.update(params, state, ctx, n0, tree, jnp.full((B, K), -1, jnp.int32), features)
 
 
 def planned_k(drafter, params, target, state, ctx: StepContext, k, greedy: bool):
@@ -150,6 +154,14 @@ def tree_spec(drafter) -> TreeSpec:
 
 def drafter_features(drafter) -> FeatureSpec:
     return getattr(drafter, "features", None) or FeatureSpec()
+
+
+def drafter_prefill_features(drafter) -> FeatureSpec:
+    """The features ``init`` reads from the prefill: the drafter's optional
+    ``prefill_features``, else its ``features`` (a drafter that fills its state from the
+    prompt's text can spare the prefill the logits of every prompt position)."""
+    spec = getattr(drafter, "prefill_features", None)
+    return drafter_features(drafter) if spec is None else spec
 
 
 def tree_option(value, k: int) -> TreeSpec | None:

@@ -75,7 +75,8 @@ from typing import ClassVar
 import jax
 import jax.numpy as jnp
 
-from specjax.drafters.base import DRAFTERS, StepContext, check_k, planned_k
+from specjax.drafters.base import (DRAFTERS, StepContext, check_k, drafter_prefill_features,
+                                   planned_k, skip_as_update)
 from specjax.drafters.dynamic_exit import tpl_choice
 from specjax.drafters.prompt_lookup import PromptLookupDrafter
 from specjax.drafters.sssd import SSSDConfig, make_sssd
@@ -348,6 +349,11 @@ class NgramDrafter:
                                        default=0))
 
     @property
+    def prefill_features(self) -> FeatureSpec:
+        return FeatureSpec(top_ids=max((drafter_prefill_features(d).top_ids
+                                        for d in self.sources), default=0))
+
+    @property
     def description(self) -> str:
         """The options that change its drafts (results files and journal headers; the cost
         curve is the machine's and is left out)."""
@@ -438,15 +444,9 @@ class NgramDrafter:
         return {**learn_from_committed(state, ctx, n_acc, self.max_k, self.source_decay),
                 "subs": subs}
 
-    def skip(self, params, target, state, ctx, features):
-        """A step where no row drafted (``DecodeLoop.idle_skip``): every source's chain still
-        learns from the one committed token, and the sources record it, as ``update`` with
-        nothing accepted."""
-        B, K = ctx.seq_len.shape[0], self.max_k
-        n0 = jnp.zeros((B,), jnp.int32)
-        tree = DraftTree.chain(state["tokens"], n0)
-        path = jnp.full((B, K), -1, jnp.int32)
-        return self.update(params, state, ctx, n0, tree, path, features)
+    # a step where no row drafted (``DecodeLoop.idle_skip``): every source's chain still
+    # learns from the one committed token, and the sources record it (``update``)
+    skip = skip_as_update
 
     # host side, called by generate
     def stats(self, state) -> dict:

@@ -10,8 +10,9 @@ No draft model, no training, a few gathers per step.
 
 Here the table is per row (``int32[B, V, width]``; 1.5 MB per row for SmolLM2 at width 8),
 so a row's drafts never depend on what else is in the batch, and it is filled from the
-target's top ids at every prompt position (the prefill) and at every committed position of
-each step (the verify pass's features along the accepted path; the paper also recycles the
+target's top ids at every prompt position (the prefill; with ``prompt="text"`` instead each
+prompt token's successor in the prompt, in the first column only, so the prefill computes the
+LM head at its last position alone) and at every committed position of each step (the verify pass's features along the accepted path; the paper also recycles the
 rejected nodes' candidates: their contexts did not happen, so they are left out here). When a
 token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
 ..., width - 1`` (junk that verification rejects). The table lives for one ``generate`` call
@@ -34,7 +35,7 @@ from typing import ClassVar
 
 import jax.numpy as jnp
 
-from specjax.drafters.base import DRAFTERS, StepContext, check_k, tree_field
+from specjax.drafters.base import DRAFTERS, StepContext, check_k, skip_as_update, tree_field
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec, parse_tree, static_topology
@@ -59,6 +60,9 @@ def record(table, tokens, top, valid):
     return table.at[rows, idx].set(top, mode="drop")
 
 
+PROMPT_FILLS = ("top_ids", "text")
+
+
 @dataclasses.dataclass(frozen=True)
 class TokenRecyclingConfig:
     """Options of ``token_recycling``."""
@@ -67,6 +71,10 @@ class TokenRecyclingConfig:
     width: int = dataclasses.field(default=8, metadata={
         "help": "candidates kept per token (the table's width; >= the tree's widest fan-out)"})
     tree: TreeSpec | None = tree_field(4)
+    prompt: str = dataclasses.field(default="top_ids", metadata={
+        "help": "what fills the prompt's entries: top_ids (the target's top ids at every "
+                "prompt position: the LM head over the whole prompt in the prefill) or text "
+                "(each prompt token's successor in the prompt, first column only)"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -85,11 +93,17 @@ class TokenRecyclingDrafter:
     # then the committed output's) instead of the target's top id there: no top-id features
     # in the verify forward (greedy, the same entries along the output)
     from_text: bool = False
+    # "text": the prompt's entries are filled from the prompt's text (first column; the
+    # others stay junk until the output records them), so the prefill computes no top ids
+    prompt: str = "top_ids"
     name: str = "token_recycling"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
 
     def __post_init__(self):
+        if self.prompt not in PROMPT_FILLS:
+            raise DrafterError(f"token_recycling: prompt must be one of {PROMPT_FILLS}, got "
+                               f"{self.prompt!r}")
         if self.from_text and self.width != 1:
             raise DrafterError(f"token_recycling: from_text keeps one successor per token "
                                f"(width 1), got width {self.width}")
@@ -98,6 +112,10 @@ class TokenRecyclingDrafter:
     def features(self) -> FeatureSpec:
         return FeatureSpec() if self.from_text else FeatureSpec(top_ids=self.width)
 
+    @property
+    def prefill_features(self) -> FeatureSpec:
+        return FeatureSpec() if self.prompt == "text" else self.features
+
     def params(self):
         return None
 
@@ -105,10 +123,12 @@ class TokenRecyclingDrafter:
         B, P = prompt_tokens.shape
         junk = jnp.arange(self.width, dtype=jnp.int32)
         table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
-        if self.from_text:  # prompt[i] -> prompt[i + 1]
+        if self.from_text or self.prompt == "text":  # prompt[i] -> prompt[i + 1]
             nxt = jnp.concatenate([prompt_tokens[:, 1:], prompt_tokens[:, :1]], axis=1)
             valid = jnp.arange(P)[None] < prompt_lens[:, None] - 1
-            return record(table, prompt_tokens, nxt[..., None], valid)
+            top = jnp.concatenate(  # the other columns: the junk of an unfilled entry
+                [nxt[..., None], jnp.broadcast_to(junk[1:], (B, P, self.width - 1))], axis=2)
+            return record(table, prompt_tokens, top, valid)
         valid = jnp.arange(P)[None] < prompt_lens[:, None]
         return record(table, prompt_tokens, features.top_ids, valid)
 
@@ -133,15 +153,11 @@ class TokenRecyclingDrafter:
         """A step that drafted nothing (``DecodeLoop.idle_skip``): the table records the
         committed token as ``update`` does with nothing accepted (the idle forward's top ids
         at the root, or the pair of the row's text)."""
-        B, D = ctx.seq.shape[0], self.max_k
-        path = jnp.full((B, D), -1, jnp.int32)
-        tree = DraftTree.chain(jnp.zeros((B, D), jnp.int32), jnp.zeros((B,), jnp.int32))
         if not self.from_text:  # one position's top ids: the root's
             top = features.top_ids
-            features = dataclasses.replace(
-                features, top_ids=jnp.pad(top, ((0, 0), (0, D + 1 - top.shape[1]), (0, 0))))
-        return self.update(params, state, ctx, jnp.zeros((B,), jnp.int32), tree, path,
-                           features)
+            features = dataclasses.replace(features, top_ids=jnp.pad(
+                top, ((0, 0), (0, self.max_k + 1 - top.shape[1]), (0, 0))))
+        return skip_as_update(self, params, target, state, ctx, features)
 
     def update(self, params, state, ctx, n_acc, tree, path, features):
         # committed this step: the root (the step's pending token), then the accepted nodes
@@ -189,4 +205,4 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
                                f"children, more than the table's width {cfg.width}")
     model = getattr(target_lm, "model", target_lm)
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
-                                 vocab_size=model.cfg.vocab_size, tree=tree)
+                                 vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt)
