@@ -36,8 +36,11 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # the nodes each depth verifies (tree_step_cost); a row whose drafts keep failing stops
     # and probes again after about 165 idle steps. Its fixed 10-node tree ran at 0.69x of
     # plain decoding over the 130 Spec-Bench questions on the project's 2-core CPU
-    # (docs/benchmarks_notes.md, "Token recycling backs off ...")
-    "token_recycling": {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY},
+    # (docs/benchmarks_notes.md, "Token recycling backs off ..."). Its prompt's entries come
+    # from the prompt's text: the target's top ids at every prompt position cost the prefill
+    # the LM head over the whole prompt (rag 0.91x -> 1.04x, summarization 0.93x -> 0.99x)
+    "token_recycling": {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY,
+                        "prompt": "text"},
     "early_exit": {"k": 3},
     "layer_skip": {"k": 3},
     "draft_model": {"k": 3},
