@@ -238,23 +238,18 @@ def _fill_draft_cost(args: dict) -> None:
     args["draft_cost"] = 0.0 if isinstance(value, str) else value
 
 
-def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
-    """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
+def _check_ar(args) -> None:
+    if args:
+        raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
 
-    ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
-    measured (and cached) for it in the decode loop for a model-based drafter
-    (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
-    (:mod:`specjax.cost_curves`). Above
-    batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
-    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length."""
+
+def _split_args(name: str, args: dict | None, batch: int):
+    """Method ``name``'s arguments with its defaults, split between the drafter, the policy
+    and the verifier: ``(policy name, verifier name, d_args, p_args, v_args)``; an option
+    none of them takes is an error naming who does."""
     args = dict(args or {})
-    name = base_method(name)
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
-    if name == "ar":
-        if args:
-            raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
-        return Method(None, None, None)
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
                 **(BATCHED_DEFAULTS.get(name, {}) if chain and batch > 1 else {})}
@@ -289,7 +284,43 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
             accepted = sorted(d_keys | p_keys | v_keys | {"policy", "verifier"})
             raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
                                f"{', '.join(accepted)}")
-    if "cost" in d_keys:  # a drafter that weighs verify costs itself (del)
+    return pol_name, ver_name, d_args, p_args, v_args
+
+
+def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1):
+    """Method ``name``'s drafter alone (None for ``ar``), with nothing measured: a drafter
+    that weighs verify costs itself gets the built-in curve unless given one. For checks
+    that need the drafter before :func:`build` spends minutes measuring costs (does it
+    learn across calls?)."""
+    name = base_method(name)
+    if name == "ar":
+        _check_ar(args)
+        return None
+    _, _, d_args, _, _ = _split_args(name, args, batch)
+    if "cost" in DRAFTERS.option_names(name):
+        mode = d_args.get("cost")
+        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
+            d_args["cost"] = "builtin"
+        _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
+                            batch)
+    return DRAFTERS.build(name, d_args, lm)
+
+
+def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
+    """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
+
+    ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
+    measured (and cached) for it in the decode loop for a model-based drafter
+    (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
+    (:mod:`specjax.cost_curves`). Above
+    batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
+    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length."""
+    name = base_method(name)
+    if name == "ar":
+        _check_ar(args)
+        return Method(None, None, None)
+    pol_name, ver_name, d_args, p_args, v_args = _split_args(name, args, batch)
+    if "cost" in DRAFTERS.option_names(name):  # a drafter that weighs verify costs itself
         _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
                             batch)
     drafter = DRAFTERS.build(name, d_args, lm)

@@ -167,7 +167,7 @@ def test_bench_inputs(tmp_path, prompts_file):
 
 
 def test_bench_refuses_sweeps_of_drafters_that_learn(tmp_path, tiny_gguf, prompts_file,
-                                                     capsys):
+                                                     capsys, monkeypatch):
     """A drafter that keeps what it saw across calls (suffix cache, datastore, STAND tables
     kept) would draft a prompt decoded again from its own earlier answer: the bench refuses
     a batch-size sweep with it and says what to change (its repeats run from snapshots:
@@ -186,6 +186,14 @@ def test_bench_refuses_sweeps_of_drafters_that_learn(tmp_path, tiny_gguf, prompt
                              ("stand", {"memory": "keep"}, True), ("stand", {}, False),
                              ("prompt_lookup", {}, False)]:
         assert learns_across_calls(methods.build(name, lm, args).drafter) is want, (name, args)
+        assert learns_across_calls(methods.build_drafter(name, lm, args)) is want, (name, args)
+
+    def no_build(*a, **k):  # the refusal comes before any method is built (costs measured)
+        raise AssertionError("a method was built before the --batch-sizes check")
+
+    import specjax.bench.runner as runner
+
+    monkeypatch.setattr(runner, "build", no_build)
     rc = main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
                "--methods", "ar,prompt_lookup,ngram", "--prompts", str(prompts_file),
                "--max-new-tokens", "4", "--output", str(tmp_path / "r.json"), "--repeats", "2",

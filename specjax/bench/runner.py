@@ -20,7 +20,7 @@ from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
 from specjax.drafters.base import learns_across_calls
 from specjax.errors import BenchError
-from specjax.methods import build, describe
+from specjax.methods import build, build_drafter, describe
 from specjax.cost_curves import batch_bucket
 
 
@@ -104,6 +104,19 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
 
     if sweep_only:  # the sweep's batch sizes are the only ones built
         batch_size = min(batch_sizes)
+    # batch size 1 is swept unless the per-category rows already ran it
+    sweep_b = 0 if sweep_only else batch_size
+    sweep = sweep_batches(len(items), batch_sizes or [], sweep_b)
+    if sweep:  # checked on the drafters alone, before minutes of measuring costs
+        leaky = [m for m in methods
+                 if learns_across_calls(build_drafter(m, lm, method_args.get(m, {})))]
+        if leaky:
+            raise BenchError(
+                f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, "
+                f"a datastore or carried-over tables): with --batch-sizes a prompt is decoded "
+                f"again and would be drafted from its own earlier answer. Give those methods "
+                f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run without "
+                f"--batch-sizes")
     built = {m: built_for(m, batch_size) for m in methods}
     by_cat: dict[str, list[int]] = defaultdict(list)
     for i, it in enumerate(items):
@@ -115,17 +128,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
             continue
         for s in range(0, len(idx), batch_size):
             batches.append((cat, idx[s:s + batch_size]))
-    # batch size 1 is swept unless the per-category rows already ran it
-    sweep_b = 0 if sweep_only else batch_size
-    sweep = sweep_batches(len(items), batch_sizes or [], sweep_b)
     leaky = [m for m in methods if learns_across_calls(built[m][0])]
-    if sweep and leaky:
-        raise BenchError(
-            f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, a "
-            f"datastore or carried-over tables): with --batch-sizes a prompt is decoded again "
-            f"and would be drafted from its own earlier answer. Give those methods "
-            f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run without "
-            f"--batch-sizes")
     # with a drafter that learns across calls, the repeats of a batch run back to back, each
     # from the drafter as it was before the batch (snapshot / restore): a repeat never drafts
     # from its own earlier answer, and every repeat sees what the earlier batches taught
