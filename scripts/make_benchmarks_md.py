@@ -529,6 +529,9 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_in_loop_cost", "`ngram` and prompt lookup at batch "
+                         "4 priced by what their loop steps cost against a plain step (given "
+                         "by hand as cost=), the questions of bench_ngram_b4"),
                         ("bench_ngram_b4_min_gain", "`ngram` drafting only chains it is "
                          "confident of (min_gain=0.6) at batch 4, the questions of "
                          "bench_ngram_b4"),
