@@ -26,6 +26,14 @@ the curve a policy gets is measured where it runs:
   suite does.
 
 Batch sizes are bucketed to 1, 4, 16 and 64 (the smallest bucket >= the batch; 64 above).
+
+Above batch 1 the methods price by another probe (``in_loop=True``, cached apart): whole
+steps of the decode loop verifying each block size with junk drafts, against a step of plain
+decoding (:func:`specjax.bench.curve.step_curve_vs_plain`, 3 interleaved rounds, a few
+minutes per batch bucket on the project's CPU). A draft-and-verify step does more than its
+forward (the verify branch, acceptance, the commit), which at batch 4 made even a 1-token
+block cost 1.21 plain steps there; a curve relative to a lone one-token forward priced a
+2-token block at 1.20 where the loop paid 1.48.
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ MODES = ("auto", "builtin", "refresh")
 BATCH_BUCKETS = (1, 4, 16, 64)
 PREFIX = 128
 REPEATS = 7  # interleaved rounds over the block sizes (specjax.bench.curve.verify_curve)
+IN_LOOP_REPEATS = 3  # of step_curve_vs_plain: whole decode loops, each round about 25 s
 
 
 class CostCurveWarning(UserWarning):
@@ -175,7 +184,8 @@ def _read(path: Path, key: dict, ks: tuple[int, ...]
 def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
                   directory: str | Path | None = None,
                   measure: Callable[..., dict] | None = None,
-                  say: Callable[[str], None] | None = None) -> tuple[float, ...]:
+                  say: Callable[[str], None] | None = None,
+                  in_loop: bool = False) -> tuple[float, ...]:
     """The verify-cost curve (``cost[T - 1]`` for ``T = 1 .. max(needed block size)``) for
     target ``lm`` on this machine at batch ``batch``: from the cache, else measured and
     cached (see the module docstring).
@@ -191,6 +201,10 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         returning the ``verify_curve`` JSON layout (default
         :func:`specjax.bench.curve.verify_curve`; tests pass a fake).
       say: where the one-line "measuring ..." notice goes (default: stderr).
+      in_loop: instead, whole steps of the decode loop against a plain step
+        (:func:`specjax.bench.curve.step_curve_vs_plain`; cached apart): what a drafter whose
+        undrafted steps are idle steps pays per verify block, the speculative step's own
+        work included.
 
     Raises:
       PolicyError: an unknown mode, a bad batch size or max_k.
@@ -204,6 +218,8 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
 
         return default_cost(lm)
     key = curve_key(lm, batch)
+    if in_loop:
+        key = {**key, "probe": "loop_vs_plain"}
     ks = needed_ks(max_k)
     path = curve_path(key, Path(directory) if directory is not None else None)
     want, outcome, why = ks, "", ""  # the sizes to measure; why the cached file is not used
@@ -215,13 +231,16 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         if outcome == "unusable":
             warnings.warn(f"cost curve: {why}; measuring it again", CostCurveWarning,
                           stacklevel=2)
-    if measure is None:
+    if measure is None and in_loop:
+        from specjax.bench.curve import step_curve_vs_plain as measure
+    elif measure is None:
         from specjax.bench.curve import verify_curve as measure
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring the verify-cost curve of this machine (block sizes {list(want)}, batch "
-        f"{key['batch']}); cached in {path.parent}"
-        + (f" ({why})" if outcome == "stale" else ""))
-    data = measure(lm, ks=want, batches=(key["batch"],), prefix=PREFIX, repeats=REPEATS)
+        f"{key['batch']}{', whole loop steps against plain ones' if in_loop else ''}); "
+        f"cached in {path.parent}" + (f" ({why})" if outcome == "stale" else ""))
+    data = measure(lm, ks=want, batches=(key["batch"],), prefix=PREFIX,
+                   repeats=IN_LOOP_REPEATS if in_loop else REPEATS)
     from specjax.bench.machine import utc_now
 
     data = {**data, "key": key, "measured_at": utc_now(),

@@ -174,10 +174,16 @@ def _fold_legacy_tree_keys(name: str, args: dict) -> dict:
 
 def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
     """``args["cost"]``: the verify-cost curve of this machine and target unless the caller
-    gave one (numbers or a file); a mode (auto / builtin / refresh) picks how it is got."""
+    gave one (numbers or a file); a mode (auto / builtin / refresh) picks how it is got.
+    Above batch 1 it is the loop's steps against a plain step (``in_loop``): there a
+    speculative step verifying a 1-token block already costs 1.21 plain steps on the
+    project's CPU, and priced against a lone one-token forward `ngram` ran at 0.90x of plain
+    decoding at batch 4, against plain steps at 0.97x (docs/benchmarks_notes.md). Batch 1
+    keeps the lone-forward curve its recorded runs were tuned on."""
     mode = args.get("cost")
     if mode is None or str(mode).strip().lower() in cost_curves.MODES:
-        args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode)
+        args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode,
+                                                 in_loop=batch > 1)
 
 
 def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> bool:

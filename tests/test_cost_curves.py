@@ -176,3 +176,41 @@ def test_methods_build_measures_with_the_real_probe(lm, tmp_path, monkeypatch):
     b = methods.build("prompt_lookup", lm, {"k": "4", "policy": "adaptive",
                                             "cost": "builtin"})
     assert b.policy.cost == default_cost(lm)
+
+
+def test_in_loop_curve_is_cached_apart(lm, tmp_path):
+    """``in_loop=True``: its own file (the key names the probe), its own probe's repeats."""
+    lone, loop = FakeProbe(0.25), FakeProbe(0.5)
+    seen = []
+
+    def loop_probe(lm, *, ks, batches, prefix, repeats):
+        seen.append(repeats)
+        return loop(lm, ks=ks, batches=batches, prefix=prefix, repeats=repeats)
+
+    a = cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=lone, say=lambda s: None)
+    b = cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=loop_probe, say=lambda s: None,
+                         in_loop=True)
+    assert a[1] == 1.25 and b[1] == 1.5 and seen == [cc.IN_LOOP_REPEATS]
+    keys = sorted(json.dumps(json.loads(f.read_text())["key"].get("probe"))
+                  for f in tmp_path.glob("*.json"))
+    assert keys == ['"loop_vs_plain"', "null"]
+    # each a hit afterwards
+    assert cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=lone) == a
+    assert cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=loop_probe,
+                            in_loop=True) == b
+    assert len(lone.calls) == 1 and len(loop.calls) == 1
+
+
+def test_methods_above_batch_1_price_by_loop_steps_against_plain(lm, tmp_path, monkeypatch):
+    """Above batch 1 a model-free method's curve is the in-loop probe's (a real, short
+    measurement on the tiny model): whole loop steps with junk drafts against plain steps,
+    1 for the idle step."""
+    monkeypatch.setenv(cc.CACHE_ENV, str(tmp_path))
+    m = methods.build("prompt_lookup", lm, {"k": "4", "policy": "adaptive"}, batch=2)
+    (path,) = (tmp_path / "cost_curves").glob("*.json")
+    data = json.loads(path.read_text())
+    assert data["key"]["probe"] == "loop_vs_plain" and data["key"]["batch"] == 4
+    assert data["against"] == "plain" and data["ks"] == [1, 2, 4, 5]
+    assert len(data["seconds"]["4"]) == 4 and all(s > 0 for s in data["seconds"]["4"])
+    assert m.policy.cost[0] == 1.0 and len(m.policy.cost) == 5
+    assert all(c > 0 for c in m.policy.cost)

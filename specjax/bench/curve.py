@@ -214,3 +214,43 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
                                    (short, long), cache_len, repeats)
 
     return _fill_curve(out, ks, batches, time_one, progress)
+
+
+def step_curve_vs_plain(lm, ks=(1, 2, 4, 8, 16, 17), batches=(4,), prefix: int = 128,
+                        repeats: int = 3, steps: int = 24, progress: Callable | None = None
+                        ) -> dict:
+    """Time of one step of the speculative loop whose verify block holds k tokens (k - 1
+    junk drafts), relative to a step of plain decoding: the price of drafting ``k - 1``
+    tokens against not drafting, for a drafter whose steps that draft nothing are idle steps
+    (a plain forward: ``DecodeLoop.idle_skip``). ``relative[0]`` is 1 (k = 1: the idle step).
+    Above batch 1 a draft-and-verify step costs more than a plain one even for a 1-token
+    block (on the project's CPU at batch 4, 1.21 plain steps), which a curve relative to a
+    one-token forward leaves out. Plain decoding and every k are timed in turn within each
+    repeat (:func:`interleaved_seconds_per_forward`, two budgets ``steps`` apart, one cache
+    size), each k's ratio taken within its repeat, the median over ``repeats``. Same JSON
+    layout as :func:`verify_curve`, plus ``in_loop: true`` and ``against: "plain"``."""
+    import numpy as np
+
+    from specjax.buckets import cache_length
+
+    ks = [int(k) for k in ks]
+    if ks[0] != 1 or max(ks) < 2:
+        raise BenchError(f"the in-loop step curve needs ks from 1 with a k >= 2, got {ks}")
+    K = max(ks) - 1
+    vocab = lm.model.cfg.vocab_size
+    prompt = [(7 * i + 11) % vocab for i in range(max(prefix, 1))]
+    budgets = (K + 2, K + 2 + steps)  # junk drafts: one token a step, the same clipped tail
+    cache_len = cache_length(len(prompt), budgets[1] + 1)
+    out = {"ks": ks, "batches": list(batches), "prefix": prefix, "seconds": {},
+           "relative": {}, "in_loop": True, "against": "plain", "steps": steps,
+           "engine_k": K, "repeats": repeats}
+    runs = [(None, None)] + [(_JunkDrafter(max_k=K, n=k - 1), None) for k in ks[1:]]
+    for B in batches:
+        plain, *timed = interleaved_seconds_per_forward(lm, runs, prompt, B, budgets,
+                                                        cache_len, repeats)
+        out["seconds"][str(B)] = [float(np.median(t)) for t in [plain, *timed]]
+        out["relative"][str(B)] = [1.0] + [
+            float(np.median(np.asarray(t) / np.asarray(plain))) for t in timed]
+        if progress:
+            progress(len(ks))
+    return out
