@@ -44,8 +44,8 @@ outputs)`` is called by ``generate`` after every batch with that batch's prompts
 (token lists), and ``params()`` is asked again before the next batch (the suffix drafter's
 global cache learns this way); ``carry_over(draft_state)`` is called after every batch with
 the loop's final drafter state (STAND keeps its n-gram tables this way), ``params()`` again
-asked before the next, and ``begin_call()`` at the start of every ``generate`` call; ``stats(draft_state) -> {name: int[B]}`` adds per-row counters
-to ``GenerationResult.extra``.
+asked before the next, and ``begin_call()`` at the start of every ``generate`` call;
+``stats(draft_state) -> {name: int[B]}`` adds per-row counters to ``GenerationResult.extra``.
 
 Adding a drafter: one module with a frozen config dataclass (its options), the drafter class
 and a build function registered with ``@DRAFTERS.register(name, config=...)``, imported in

@@ -12,8 +12,9 @@ Here the table is per row (``int32[B, V, width]``; 1.5 MB per row for SmolLM2 at
 so a row's drafts never depend on what else is in the batch, and it is filled from the
 target's top ids at every prompt position (the prefill; with ``prompt="text"`` instead each
 prompt token's successor in the prompt, in the first column only, so the prefill computes the
-LM head at its last position alone) and at every committed position of each step (the verify pass's features along the accepted path; the paper also recycles the
-rejected nodes' candidates: their contexts did not happen, so they are left out here). When a
+LM head at its last position alone) and at every committed position of each step (the verify
+pass's features along the accepted path; the paper also recycles the rejected nodes'
+candidates: their contexts did not happen, so they are left out here). When a
 token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
 ..., width - 1`` (junk that verification rejects). The table lives for one ``generate`` call
 (the paper keeps it across requests: a hot start, not done here). With ``from_text`` (width
