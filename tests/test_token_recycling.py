@@ -32,6 +32,14 @@ def plain(target, prompts):
     return generate(target, prompts, max_new_tokens=14, batch_size=8).tokens
 
 
+def padded(prompts):
+    """``(tokens int32[B, P], lengths int32[B])``: the prompts zero-padded to the longest."""
+    toks = np.zeros((len(prompts), max(len(p) for p in prompts)), np.int32)
+    for i, p in enumerate(prompts):
+        toks[i, :len(p)] = p
+    return toks, np.array([len(p) for p in prompts], np.int32)
+
+
 def test_record_keeps_the_latest_occurrence():
     table = jnp.zeros((2, 6, 2), jnp.int32)
     tokens = jnp.asarray([[3, 1, 3, 5], [2, 2, 0, 4]])
@@ -59,11 +67,8 @@ def test_table_is_the_targets_top_ids(target, prompts):
     in row b's prompt (brute force from a plain forward)."""
     d = drafters.make("token_recycling", target, width=3)
     assert d.features == FeatureSpec(top_ids=3)
-    P = max(len(p) for p in prompts[:3])
-    toks = np.zeros((3, P), np.int32)
-    for i, p in enumerate(prompts[:3]):
-        toks[i, :len(p)] = p
-    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    toks, lens = padded(prompts[:3])
+    P = toks.shape[1]
     pos = jnp.broadcast_to(jnp.arange(P)[None], (3, P))
     o = target(jnp.asarray(toks), pos, target.init_cache(3, P))
     from specjax.features import from_output
@@ -92,11 +97,7 @@ def test_from_text_table_is_the_texts_successors(target, prompts):
     V = target.cfg.vocab_size
     d = TokenRecyclingDrafter(max_k=4, width=1, vocab_size=V, from_text=True)
     assert d.features == FeatureSpec()
-    P = max(len(p) for p in prompts[:3])
-    toks = np.zeros((3, P), np.int32)
-    for i, p in enumerate(prompts[:3]):
-        toks[i, :len(p)] = p
-    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    toks, lens = padded(prompts[:3])
     table = np.asarray(d.init(None, target, jnp.asarray(toks), jnp.asarray(lens), 64, None))
     for b in range(3):
         want = {}
@@ -138,11 +139,7 @@ def test_prompt_text_fills_the_prompt_from_its_text(target, prompts):
     assert drafter_prefill_features(d) == FeatureSpec()
     assert drafter_prefill_features(drafters.make("token_recycling", target, width=3)) == \
         FeatureSpec(top_ids=3)
-    P = max(len(p) for p in prompts[:3])
-    toks = np.zeros((3, P), np.int32)
-    for i, p in enumerate(prompts[:3]):
-        toks[i, :len(p)] = p
-    lens = np.array([len(p) for p in prompts[:3]], np.int32)
+    toks, lens = padded(prompts[:3])
     table = np.asarray(d.init(None, target, jnp.asarray(toks), jnp.asarray(lens), 64, None))
     for b in range(3):
         want = {int(toks[b, t]): int(toks[b, t + 1]) for t in range(lens[b] - 1)}
