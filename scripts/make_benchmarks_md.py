@@ -521,6 +521,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_default_2", "Token Recycling "
+                         "under its default since 2026-12-05's thirty-first session "
+                         "(adaptive, prompt=text) on Spec-Bench, 130 questions, batch 1 "
+                         "(issue 23's robustness bar, issue 24's per-category figure)"),
                         ("bench_token_recycling_prompt_text", "Token Recycling's prompt "
                          "entries from the target's top ids (prompt=top_ids, the default "
                          "until 2026-12-05) or from the prompt's text (prompt=text, the "
