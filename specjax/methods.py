@@ -303,9 +303,15 @@ def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: i
         _check_ar(args)
         return None
     _, _, d_args, _, _ = _split_args(name, args, batch)
+    return _make_drafter(name, lm, d_args, batch, measure=False)
+
+
+def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool):
+    """The drafter of ``d_args``; one that weighs verify costs itself gets this machine's
+    curve (``measure``) or, unless given one, the built-in curve."""
     if "cost" in DRAFTERS.option_names(name):
         mode = d_args.get("cost")
-        if mode is None or str(mode).strip().lower() in cost_curves.MODES:
+        if not measure and (mode is None or str(mode).strip().lower() in cost_curves.MODES):
             d_args["cost"] = "builtin"
         _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
                             batch)
@@ -326,10 +332,7 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
         _check_ar(args)
         return Method(None, None, None)
     pol_name, ver_name, d_args, p_args, v_args = _split_args(name, args, batch)
-    if "cost" in DRAFTERS.option_names(name):  # a drafter that weighs verify costs itself
-        _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
-                            batch)
-    drafter = DRAFTERS.build(name, d_args, lm)
+    drafter = _make_drafter(name, lm, d_args, batch, measure=True)
     p_opts = POLICIES.option_names(pol_name)
     # the whole step's cost, measured in the decode loop of this machine (model-based drafters)
     priced = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
