@@ -31,9 +31,10 @@ Above batch 1 the methods price by another probe (``in_loop=True``, cached apart
 steps of the decode loop verifying each block size with junk drafts, against a step of plain
 decoding (:func:`specjax.bench.curve.step_curve_vs_plain`, 3 interleaved rounds, a few
 minutes per batch bucket on the project's CPU). A draft-and-verify step does more than its
-forward (the verify branch, acceptance, the commit), which at batch 4 made even a 1-token
-block cost 1.21 plain steps there; a curve relative to a lone one-token forward priced a
-2-token block at 1.20 where the loop paid 1.48.
+forward (acceptance, the commit, the drafter's and the policy's work): at batch 4 a 1-token
+block's step cost 1.21 plain steps, and a curve relative to a lone one-token forward priced a
+2-token block at 1.20 where the loop paid 1.48 (until 2026-12-05, when the verify forward
+began writing the cache in place: 1.06 and 1.14 since, scripts/step_cost_vs_plain.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model
 # 2: from 2026-12-02, when the one-token forward the curve is relative to stopped copying
 # every layer's cache (specjax.cache.write_block); format 1 priced blocks ~5% low at batch 1
 FORMAT = "specjax-cost-curve-2"
+# the in-loop probe's name in the key; "-2" from 2026-12-05, when the verify forward stopped
+# deferring its cache write (specjax.loop), which made every block size's step cheaper
+LOOP_PROBE = "loop_vs_plain-2"
 MODE_ENV = "SPECJAX_COST_CURVE"
 AGE_ENV = "SPECJAX_COST_MAX_AGE"
 MODES = ("auto", "builtin", "refresh")
@@ -219,7 +223,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         return default_cost(lm)
     key = curve_key(lm, batch)
     if in_loop:
-        key = {**key, "probe": "loop_vs_plain"}
+        key = {**key, "probe": LOOP_PROBE}
     ks = needed_ks(max_k)
     path = curve_path(key, Path(directory) if directory is not None else None)
     want, outcome, why = ks, "", ""  # the sizes to measure; why the cached file is not used

@@ -395,23 +395,29 @@ class DecodeLoop:
         def make_branch(T):
             def run(cache):
                 am = None if mask is None else mask[:, :T, :T]
-                # the cache is only read in here: writing it inside lax.switch would make
-                # XLA copy every layer's cache in and out of the branch on every step
                 o = target(block[:, :T], pos[:, :T], cache, attn_mask=am,
-                           defer_cache_write=True, **forward_kwargs(fs))
+                           **forward_kwargs(fs))
                 res = verifier.target_output(o.logits, sampling, greedy)
                 res = jnp.pad(res, [(0, 0), (0, N + 1 - T)] + [(0, 0)] * (res.ndim - 2))
-                pad = ((0, 0), (0, N + 1 - T), (0, 0), (0, 0))
-                nk, nv = (tuple(jnp.pad(a, pad) for a in kv) for kv in o.new_kv)
                 kld = (chain_kld(o.logits, tree.q, sampling, greedy, N) if want_kld
                        else jnp.zeros((B, 0), jnp.float32))
-                return res, nk, nv, pad_tokens(from_output(fs, o), N + 1), kld
+                return (res, pad_tokens(from_output(fs, o), N + 1), kld), o.cache
 
             return run
 
-        vout, new_k, new_v, feats, kld = jax.lax.switch(
-            branch, [make_branch(T) for T in buckets], cache)
-        cache = cache.write(new_k, new_v, cache.lengths)  # padding lands in scratch
+        # one zero-or-one-trip loop per block size, not lax.switch: the forward writes the
+        # cache in place as a plain step's does. Under a switch a branch that wrote the cache
+        # copied every layer's buffer in and out, and one that left the write to its caller
+        # read the cache in ways that cost more than the write (each layer's tail gathered
+        # from the block redoing its rotary embedding). 2026-12-05, batch 4, float32: a
+        # 2-token block's step 1.40 plain steps under the switch, 1.14 in place
+        # (scripts/step_cost_vs_plain.py; docs/benchmarks_notes.md)
+        runs = [make_branch(T) for T in buckets]
+        out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                           jax.eval_shape(runs[-1], cache)[0])
+        for i, run in enumerate(runs):
+            out, cache = run_if(branch == i, run, out, cache)
+        vout, feats, kld = out
         n_acc, path, nxt = verifier.accept(
             fold(step_keys, int(Stream.VERIFY)), tree, valid, n_draft, vout, depth=D,
             chain=chain, greedy=greedy, rule=sampling_rule(drafter))

@@ -193,7 +193,7 @@ def test_in_loop_curve_is_cached_apart(lm, tmp_path):
     assert a[1] == 1.25 and b[1] == 1.5 and seen == [cc.IN_LOOP_REPEATS]
     keys = sorted(json.dumps(json.loads(f.read_text())["key"].get("probe"))
                   for f in tmp_path.glob("*.json"))
-    assert keys == ['"loop_vs_plain"', "null"]
+    assert keys == [f'"{cc.LOOP_PROBE}"', "null"]
     # each a hit afterwards
     assert cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=lone) == a
     assert cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=loop_probe,
@@ -209,7 +209,7 @@ def test_methods_above_batch_1_price_by_loop_steps_against_plain(lm, tmp_path, m
     m = methods.build("prompt_lookup", lm, {"k": "4", "policy": "adaptive"}, batch=2)
     (path,) = (tmp_path / "cost_curves").glob("*.json")
     data = json.loads(path.read_text())
-    assert data["key"]["probe"] == "loop_vs_plain" and data["key"]["batch"] == 4
+    assert data["key"]["probe"] == cc.LOOP_PROBE and data["key"]["batch"] == 4
     assert data["against"] == "plain" and data["ks"] == [1, 2, 4, 5]
     assert len(data["seconds"]["4"]) == 4 and all(s > 0 for s in data["seconds"]["4"])
     assert m.policy.cost[0] == 1.0 and len(m.policy.cost) == 5
