@@ -533,6 +533,11 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_verify_in_place", "`ngram` and prompt lookup at "
+                         "batch 4 under their defaults after the verify forward began writing "
+                         "the cache in place (2026-12-05, thirty-second session), the "
+                         "questions of bench_ngram_b4 (issue 23's robustness bar above "
+                         "batch 1)"),
                         ("bench_ngram_b4_loop_priced", "`ngram` and prompt lookup at batch "
                          "4 under their defaults since 2026-12-05 (above batch 1 priced by "
                          "whole loop steps against plain ones, measured), the questions of "
