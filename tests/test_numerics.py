@@ -154,3 +154,22 @@ def test_xla_accepts_the_exact_compiler_options():
 
     f = jax.jit(lambda x: (x * 1.5 + 2).sum(), compiler_options=numerics.compiler_options(True))
     assert float(f(jnp.ones(4, jnp.bfloat16))) == 14.0
+
+
+def test_not_before_keeps_values_and_depends_on_its_dependency():
+    """``numerics.not_before(x, dep)`` is ``x`` (equal values, shape and dtype) and, unlike an
+    optimisation barrier, stays a data dependency on ``dep`` in the compiled program."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from specjax.models.numerics import not_before
+
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 3, 5)), jnp.bfloat16)
+    dep = jnp.asarray([[0.25, 3.0]], jnp.float32)
+    y = jax.jit(not_before)(x, dep)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert np.array_equal(np.asarray(y, np.float32), np.asarray(x, np.float32))
+    hlo = jax.jit(not_before).lower(x, dep).compile().as_text()
+    entry = hlo[hlo.index("ENTRY"):]
+    assert "parameter(1)" in entry and "multiply" in hlo  # dep is read, not folded away
