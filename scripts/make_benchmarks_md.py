@@ -737,6 +737,9 @@ def main():
                         ("bench_builtin_sssd", "SSSD on the built-in prompts: the shipped "
                                                "datastore with the machine's budget, without "
                                                "the budget, and the request's text alone"),
+                        ("bench_spec_bench_model_free_8", "Model-free drafters on "
+                         "Spec-Bench, eighth run: the seventh's settings after the verify "
+                         "forward began writing the cache in place (2026-12-05); in progress"),
                         ("bench_spec_bench_model_free_7", "Model-free drafters on "
                          "Spec-Bench, seventh run: `ngram` with its sources since "
                          "2026-12-04 (suffix, prompt lookup, sssd) against prompt lookup, "
