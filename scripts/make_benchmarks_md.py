@@ -739,7 +739,8 @@ def main():
                                                "the budget, and the request's text alone"),
                         ("bench_spec_bench_model_free_8", "Model-free drafters on "
                          "Spec-Bench, eighth run: the seventh's settings after the verify "
-                         "forward began writing the cache in place (2026-12-05); in progress"),
+                         "forward began writing the cache in place (2026-12-05), 130 "
+                         "questions, 2 repeats"),
                         ("bench_spec_bench_model_free_7", "Model-free drafters on "
                          "Spec-Bench, seventh run: `ngram` with its sources since "
                          "2026-12-04 (suffix, prompt lookup, sssd) against prompt lookup, "
