@@ -223,11 +223,12 @@ def suffix_cache_sizes(monkeypatch) -> list[int]:
 
 
 def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
-        tmp_path, tiny_gguf, prompts_file, monkeypatch):
+        tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys):
     """With --repeats 2, every repeat of a batch drafts from the suffix cache as it was before
     the batch (the repeats run back to back from a snapshot), never from its own earlier
     answer; the next batch's runs start with each finished answer learnt once, in a resumed
-    journal too; both repeats are recorded and identical to plain decoding."""
+    journal too (whose progress bar counts both repeats of a finished batch as done); both
+    repeats are recorded and identical to plain decoding."""
     seen = suffix_cache_sizes(monkeypatch)
     journal, out = tmp_path / "j.jsonl", tmp_path / "r.json"
     cmd = ["bench", "--model", str(tiny_gguf), "--numerics", "fast", "--methods", "ar,suffix",
@@ -236,8 +237,10 @@ def test_repeats_of_a_drafter_that_learns_start_from_what_the_batch_found(
     assert main(cmd + ["--time-limit", "1e-9"]) == 0  # the first batch, both repeats
     assert len(seen) >= 2 and set(seen) == {0}, seen
     seen.clear()
+    capsys.readouterr()
     assert main(cmd) == 0
     assert len(seen) >= 4 and seen == sorted(seen) and set(seen) == {1, 2}, seen
+    assert "12/12 " in capsys.readouterr().err  # 2 methods x 2 repeats x 3 prompts
     recs = [json.loads(x) for x in journal.read_text().splitlines()[1:]]
     assert len(recs) == 3  # three prompts, one group each, holding both repeats
     for rec in recs:

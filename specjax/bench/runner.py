@@ -213,8 +213,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                     compile_s[m] += sec
     todo = [g for g in groups if g["key"] not in done]
     if progress and len(todo) < len(groups):
-        n_skip = sum(len(all_methods if not g["sweep"] else methods)
-                     for g in groups if g["key"] in done)
+        n_skip = inner * sum(len(all_methods if not g["sweep"] else methods)  # runs
+                             for g in groups if g["key"] in done)
         progress(n_skip)
     t_start = time.perf_counter()
     stopped = False
