@@ -281,7 +281,7 @@ class DecodeLoop:
         return StepContext(seq=s.seq, seq_len=s.seq_len, target_cache=s.cache,
                            keys=fold(s.keys, s.step + 1), live=~s.done,
                            temperature=sampling.temperature, top_k=sampling.top_k,
-                           top_p=sampling.top_p,
+                           top_p=sampling.top_p, left=s.max_new - (s.seq_len - s.prompt_len),
                            want_q="kld" in getattr(self.policy, "signals", ()))
 
     def _spec_step(self, target, dparams, sampling, s: LoopState) -> LoopState:
@@ -413,10 +413,13 @@ class DecodeLoop:
         # 2-token block's step 1.40 plain steps under the switch, 1.14 in place
         # (scripts/step_cost_vs_plain.py; docs/benchmarks_notes.md)
         runs = [make_branch(T) for T in buckets]
-        out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
-                           jax.eval_shape(runs[-1], cache)[0])
-        for i, run in enumerate(runs):
-            out, cache = run_if(branch == i, run, out, cache)
+        if len(runs) == 1:  # one block size (verify_buckets="max"): no loop to choose it
+            out, cache = runs[0](cache)
+        else:
+            out = jax.tree.map(lambda a: jnp.zeros(a.shape, a.dtype),
+                               jax.eval_shape(runs[-1], cache)[0])
+            for i, run in enumerate(runs):
+                out, cache = run_if(branch == i, run, out, cache)
         vout, feats, kld = out
         n_acc, path, nxt = verifier.accept(
             fold(step_keys, int(Stream.VERIFY)), tree, valid, n_draft, vout, depth=D,

@@ -82,6 +82,8 @@ class StepContext:
       keys: ``uint32[B, 2]`` fresh raw PRNG keys for this step, one per row.
       live: ``bool[B]`` rows still generating.
       temperature, top_k, top_p: sampling parameters (traced scalars).
+      left: ``int32[B]`` tokens each row may still write (its budget less what it wrote), or
+        None where unknown (a drafter driven by hand).
       want_q: (static) keep each drafted token's draft distribution in the tree's ``q`` even
         when greedy: the policy reads the divergence between the target's and the draft's
         distributions (``dsde``).
@@ -95,6 +97,7 @@ class StepContext:
     temperature: jax.Array
     top_k: jax.Array
     top_p: jax.Array
+    left: jax.Array | None = None
     want_q: bool = dataclasses.field(default=False, metadata={"static": True})
 
     @property
