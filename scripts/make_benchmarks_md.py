@@ -533,6 +533,10 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_finish", "`ngram` and prompt lookup at batch 4 "
+                         "after `ngram`'s batch choice began valuing a block by how soon the "
+                         "batch would finish (2026-12-05, thirty-third session), the "
+                         "questions of bench_ngram_b4"),
                         ("bench_ngram_b4_verify_in_place", "`ngram` and prompt lookup at "
                          "batch 4 under their defaults after the verify forward began writing "
                          "the cache in place (2026-12-05, thirty-second session), the "

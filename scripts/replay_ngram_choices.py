@@ -50,12 +50,22 @@ compare runs across machines. The rules:
 * ``oracle``: each step the (source, length) with the most actually accepted tokens per step
   cost, knowing the text (a bound, not a rule).
 
+``--batch B`` replays the questions in consecutive groups of ``B`` as batches (each row
+recorded alone, from what was learnt before its batch): every step one block for all rows,
+as ``ngram`` chooses above batch 1 (``batch_choice``), costing ``--step-cost`` of that block
+(pass the in-loop curve the drafter prices by, and the replay weighs only the estimates), with
+the rules of ``replay_batch`` and, per rule, the accepted tokens the estimates promised for
+the chosen drafts against those accepted (their optimism).
+
 ``--sources a,b,...`` replays the recording's named sources only (exact: each source's
 estimate learns from its own chains alone), so recordings of a drafter with more sources
 serve a drafter with fewer.
 
     python scripts/replay_ngram_choices.py --ids 161,163,165,167,169 \\
         --warm-journal docs/results/spec_bench_model_free_4.journal.jsonl
+    python scripts/replay_ngram_choices.py --batch 4 --max-new-tokens 64 --ids 481,482,483,484 \\
+        --warm-journal docs/results/ngram_b4_verify_in_place.journal.jsonl \\
+        --step-cost 1:1,2:1.33,4:1.88,8:2.94,16:5.64,17:5.51 --rules default oracle lcb=1
 """
 
 from __future__ import annotations
@@ -91,38 +101,56 @@ def step_cost_table(points: dict[int, float], K: int) -> np.ndarray:
     return np.array([cost_at(points, verify_block(k, K)) for k in range(K + 1)])
 
 
-def record(d, lm, prompt, max_new, eos):
+_ROWS: dict = {}  # what the recording drafter's callback saw, by seq_len (record)
+
+
+def _rec(drafts, lens, seq_len):
+    _ROWS[int(seq_len[0])] = (np.asarray(drafts[0]), np.asarray(lens[0]))
+
+
+_RECORDING = None
+
+
+def _recording_class():
+    """``ngram``'s drafter that reports every source's chain each step (one class for the
+    run, so the decode loop compiles once per cache size, not once per question)."""
+    global _RECORDING
+    if _RECORDING is None:
+        import jax
+
+        from specjax.drafters.ngram import NgramDrafter
+
+        class Recording(NgramDrafter):
+            def plan(self, params, target, state, ctx, k, greedy):
+                n, st = super().plan(params, target, state, ctx, k, greedy)
+                jax.debug.callback(_rec, st["drafts"], st["lens"], ctx.seq_len)
+                return n, st
+
+        _RECORDING = Recording
+    return _RECORDING
+
+
+def record(d, lm, prompt, max_new, eos, cache_len=None):
     """Every source's chain and length at every output position of a run with no drafting:
     ``(drafts [T, S, K], lens [T, S], output tokens)``, row ``t`` at ``seq_len = P + 1 + t``."""
     import jax
 
-    from specjax.drafters.ngram import NgramDrafter
     from specjax.engine import generate
 
-    rows = {}
-
-    def rec(drafts, lens, seq_len):
-        rows[int(seq_len[0])] = (np.asarray(drafts[0]), np.asarray(lens[0]))
-
-    class Recording(NgramDrafter):
-        def plan(self, params, target, state, ctx, k, greedy):
-            n, st = super().plan(params, target, state, ctx, k, greedy)
-            jax.debug.callback(rec, st["drafts"], st["lens"], ctx.seq_len)
-            return n, st
-
+    _ROWS.clear()
     fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
     fields["min_gain"] = 0.99999  # no chain is ever trusted: every step is idle
     r = generate(lm.model, [prompt], max_new_tokens=max_new, eos_ids=eos,
-                 drafter=Recording(**fields))
+                 drafter=_recording_class()(**fields), cache_len=cache_len)
     jax.effects_barrier()
     P = len(prompt)
     out = r.tokens[0]
     T = len(out) - 1  # positions with a pending token and a budget left
-    missing = [P + 1 + t for t in range(T) if P + 1 + t not in rows]
+    missing = [P + 1 + t for t in range(T) if P + 1 + t not in _ROWS]
     if missing:
         raise SystemExit(f"recording lacks positions {missing[:5]}")
-    drafts = np.stack([rows[P + 1 + t][0] for t in range(T)])
-    lens = np.stack([rows[P + 1 + t][1] for t in range(T)])
+    drafts = np.stack([_ROWS[P + 1 + t][0] for t in range(T)])
+    lens = np.stack([_ROWS[P + 1 + t][1] for t in range(T)])
     return drafts, lens, out
 
 
@@ -303,6 +331,136 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
     return steps, drafted, accepted, cost, chosen
 
 
+def replay_batch(d, recs, rule: str, verify_cost, step_cost):
+    """A batch of questions (``recs``: one ``(drafts, lens, out)`` per row) under ``rule``,
+    every step choosing as ``ngram`` does above batch 1 (:func:`batch_choice`: one block for
+    all rows, as long as the longest draft) and costing ``step_cost`` of that block.
+    Returns ``(steps, drafted, accepted, cost, expected)``: steps of the batch, tokens drafted
+    and accepted over the rows, the steps' cost in plain steps, and the accepted tokens the
+    estimates promised for the drafts chosen (against ``accepted``: their optimism).
+
+    A rule is one or more of these joined by ``+`` (the drafter's own objective,
+    ``batch_value``, and ``scale=batch_trust`` unless given): ``default``; ``rows``: the
+    expected tokens of all live rows (``batch_value=rows``); ``set:<option>=<x>[;...]``;
+    ``first`` (``first_token``); ``lcb=<z>``: each source's per-token estimate lowered by
+    ``z`` standard errors of its counts (the best of several noisy estimates is chosen, so
+    it is optimistic); ``scale=<f>``: every chance scaled by ``f``; ``lag[=<m>]``: only the
+    rows with the most tokens left to write (within ``m``) weigh in the block's length (a
+    static batch ends with its last row: tokens won by a row ahead shorten nothing), the
+    others draft within it for free; ``lagmin``: the block's value is the expected advance of
+    the slowest of those rows, ``1 + sum_i prod_rows reach``; ``fluid``: the block whose
+    rates (expected tokens per step) would finish the batch soonest, ``min_rows tokens /
+    left`` per cost (rows tied for the most left do not block drafting, as with ``lagmin``);
+    ``budget=<n>``: the rows' tokens left as the engine knows them, ``n`` less what each
+    wrote (default: from the recording, which foresees an early end of sequence);
+    ``oracle``: each step the block
+    and the rows' sources with the most actually accepted tokens per step cost (a bound on
+    the per-step rule, not on the batch)."""
+    import jax.numpy as jnp
+
+    from specjax.drafters.ngram import batch_choice, reach_chance, reach_length
+
+    opt = {}
+    for part in rule.split("+"):
+        if part.startswith("set:"):
+            kv = dict(x.split("=") for x in part[4:].split(";"))
+            d = dataclasses.replace(d, **{k: float(v) for k, v in kv.items()})
+        else:
+            key, _, val = part.partition("=")
+            opt[key] = val
+    if not {"rows", "lag", "lagmin", "fluid", "oracle"} & set(opt):  # the drafter's own
+        opt["fluid" if d.batch_value == "finish" else "rows"] = ""
+    opt.setdefault("scale", str(d.batch_trust))
+    B = len(recs)
+    S, K = recs[0][0].shape[1:]
+    T = np.array([r[0].shape[0] for r in recs])
+    t = np.zeros(B, int)
+    acc, trials = np.zeros((B, S)), np.zeros((B, S))
+    acc1, trials1 = np.zeros((B, S)), np.zeros((B, S))
+    steps, drafted, accepted, cost, expected = 0, 0, 0, 0.0, 0.0
+    vc = jnp.asarray(verify_cost, jnp.float32)
+    i_k = np.arange(1, K + 1)
+    while (t < T).any():
+        live = t < T
+        tt = np.minimum(t, T - 1)
+        drafts = np.stack([recs[b][0][tt[b]] for b in range(B)])  # [B, S, K]
+        L = np.stack([recs[b][1][tt[b]] for b in range(B)])  # [B, S]
+        texts = [recs[b][2][1 + tt[b]:] for b in range(B)]
+        pw = d.prior * d.prior_weight
+        alpha = (acc + pw) / (trials + d.prior_weight)
+        first = None
+        if "first" in opt:
+            first = jnp.asarray((acc1 + pw) / (trials1 + d.prior_weight), jnp.float32)
+            alpha = (acc - acc1 + pw) / (trials - trials1 + d.prior_weight)
+        if "lcb" in opt:
+            se = np.sqrt(alpha * (1 - alpha) / (trials + d.prior_weight))
+            alpha = np.clip(alpha - float(opt["lcb"]) * se, 1e-3, None)
+        reach = np.array(reach_chance(jnp.asarray(alpha, jnp.float32), K, first))
+        if "scale" in opt:
+            reach = reach * float(opt["scale"])
+        cut = np.minimum(L, np.asarray(reach_length(jnp.asarray(reach), d.min_gain)))
+        gained = np.where(i_k <= cut[..., None], reach, 0.0)  # [B, S, K]
+        tokens = 1.0 + np.concatenate([np.zeros((B, S, 1)), np.cumsum(gained, -1)], -1)
+        # tokens left: known from the recording, or (budget=<n>) as the engine knows them,
+        # the budget less what was written (a row's end of sequence is not foreseen)
+        left = np.where(live, (int(opt["budget"]) if "budget" in opt else T) - t, -1)
+        slow = live & (left >= left.max() - int(opt.get("lag") or opt.get("lagmin") or 0))
+        if "oracle" in opt:  # the best block and sources knowing the text
+            m_all = np.array([[agreed(drafts[b, s], L[b, s], texts[b]) for s in range(S)]
+                              for b in range(B)])
+            best = None
+            for n_blk in range(K + 1):
+                got = np.minimum(m_all, n_blk).max(axis=1) * live
+                v = (live.sum() + got.sum()) / step_cost[n_blk]
+                if best is None or v > best[0]:
+                    best = (v, n_blk)
+            n_blk = best[1]
+            src = np.argmax(np.minimum(m_all, n_blk), axis=1)
+            n = np.where(live, np.minimum(L[np.arange(B), src], n_blk), 0)
+            n = np.where(np.minimum(m_all, n_blk).max(axis=1) > 0, n, 0)
+        else:
+            if "fluid" in opt:  # the row that would finish last at each block's rates
+                rate = np.max(tokens, axis=1)  # [B, K + 1]
+                worst = np.min(np.where(live[:, None], rate / np.maximum(left, 1)[:, None],
+                                        np.inf), axis=0)
+                blk = int(np.argmax(worst / np.asarray(verify_cost)))
+            elif "lagmin" in opt:  # the slowest rows' expected least advance per cost
+                best_src = np.argmax(tokens, axis=1)  # [B, K + 1]: each row's source by L
+                val = []
+                for n_blk in range(K + 1):
+                    r = gained[np.arange(B), best_src[:, n_blk]][slow, :n_blk]  # [b', L]
+                    val.append((1.0 + np.prod(r, axis=0).sum()) / float(verify_cost[n_blk]))
+                blk = int(np.argmax(val))
+            else:
+                _, n = batch_choice(jnp.asarray(reach, jnp.float32), jnp.asarray(cut), vc,
+                                    jnp.asarray(slow if "lag" in opt else live))
+                blk = int(np.max(np.asarray(n)))
+            # every live row drafts its best source within the block (a row not weighed in
+            # rides along: a longer draft than its own best costs nothing more)
+            src = np.argmax(tokens[:, :, blk], axis=1)
+            n = np.where(live, np.minimum(cut[np.arange(B), src], blk), 0)
+        block = int(n.max())
+        steps += 1
+        cost += step_cost[block]
+        for b in range(B):
+            if not live[b]:
+                continue
+            m = agreed(drafts[b, src[b]], n[b], texts[b]) if n[b] else 0
+            drafted += n[b]
+            accepted += m
+            expected += float(reach[b, src[b], :n[b]].sum())
+            committed = texts[b][:m + 1]
+            for s in range(S):  # every source learns (ngram.agreement)
+                known = min(L[b, s], len(committed))
+                a = agreed(drafts[b, s], known, committed)
+                acc[b, s] = d.source_decay * acc[b, s] + a
+                trials[b, s] = d.source_decay * trials[b, s] + a + (a < known)
+                acc1[b, s] = d.source_decay * acc1[b, s] + min(a, 1)
+                trials1[b, s] = d.source_decay * trials1[b, s] + min(a + (a < known), 1)
+            t[b] += m + 1
+    return steps, drafted, accepted, cost, expected
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--ids", default="161,163,165,167,169")
@@ -323,6 +481,12 @@ def main() -> None:
     ap.add_argument("--step-cost", default=None,
                     help="step costs in plain steps by verify block, 'T:c,T:c,...' "
                          "(default: the fourth model-free run's fits)")
+    ap.add_argument("--batch", type=int, default=1,
+                    help="replay the questions in consecutive groups of this many as batches "
+                         "(the choice ngram makes above batch 1; rules: replay_batch's)")
+    ap.add_argument("--cache-len", type=int, default=None,
+                    help="one static cache length for every question (one compile for all; "
+                         "default: each prompt's own, as generate sizes it)")
     ap.add_argument("--cache", default="/tmp/replay_ngram",
                     help="recordings kept here, one file per question and drafter")
     a = ap.parse_args()
@@ -339,7 +503,7 @@ def main() -> None:
     byid = {str(it["id"]): it for it in load_prompts(a.prompts)}
     ids = a.ids.split(",")
     name, args = methods.parse_method_spec(a.method)
-    d, _, _ = methods.build(name, lm, args)
+    d, _, _ = methods.build(name, lm, args, batch=a.batch)
     if not hasattr(d, "names"):
         raise SystemExit(f"{a.method}: not an ngram drafter")
     K = d.max_k
@@ -351,28 +515,35 @@ def main() -> None:
     first = d.snapshot()
     warm = (warm_snapshots(d, a.warm_journal, byid, lm.tokenizer.encode_chat, ids)
             if a.warm_journal else {})
+    if a.batch > 1:  # a batch's rows all start from what was learnt before the batch
+        for g in range(0, len(ids), a.batch):
+            for i in ids[g:g + a.batch]:
+                if ids[g] in warm:
+                    warm[i] = warm[ids[g]]
     eos = lm.tokenizer.eos_ids
     print(f"step cost by drafted k: {np.round(step_cost, 3).tolist()}")
     print(f"verify blocks: {[verify_block(k, K) for k in range(K + 1)]}")
     totals = {}  # (category, rule) -> steps, drafted, accepted, cost
     cache = Path(a.cache)
     cache.mkdir(parents=True, exist_ok=True)
-    tag = hashlib.sha1(f"{a.model} {d.description} {a.max_new_tokens} "
-                       f"{a.warm_journal}".encode()).hexdigest()[:12]
+    tag = hashlib.sha1((f"{a.model} {d.description} {a.max_new_tokens} {a.warm_journal}"
+                        + (f" batch {a.batch}" if a.batch > 1 else "")).encode()
+                       ).hexdigest()[:12]
     rd = d  # the drafter the rules replay
     if a.sources:
         keep = [d.names.index(x) for x in a.sources.split(",")]
         rd = dataclasses.replace(d, names=tuple(d.names[j] for j in keep),
                                  sources=tuple(d.sources[j] for j in keep))
+    recs = {}  # id -> recording, for --batch
     for i in ids:
         f = cache / f"{tag}_{i}.npz"
         if not f.exists():
             start = warm.get(i, first)  # what the drafter knew before the question
             d.restore(start)
-            drafts, lens, out = record(d, lm, prompts[i], a.max_new_tokens, eos)
+            drafts, lens, out = record(d, lm, prompts[i], a.max_new_tokens, eos, a.cache_len)
             d.restore(start)  # the recording's answer unlearnt
             real = generate(lm.model, [prompts[i]], max_new_tokens=a.max_new_tokens,
-                            eos_ids=eos, drafter=d)
+                            eos_ids=eos, drafter=d, cache_len=a.cache_len)
             d.restore(start)
             if real.tokens[0] != out:
                 raise SystemExit(f"question {i}: the recording's output differs from the run's")
@@ -387,6 +558,9 @@ def main() -> None:
         cat = byid[i]["category"]
         print(f"question {i} ({cat}): real run steps {real[0]} (+ prefill), "
               f"drafted {real[1]}, accepted {real[2]}")
+        if a.batch > 1:  # replayed below, with the rest of its batch
+            recs[i] = (drafts, lens, out)
+            continue
         for rule in a.rules:
             vc = bucketed_cost(d.cost, K)
             if rule.startswith("cost="):
@@ -401,15 +575,36 @@ def main() -> None:
             print(f"  {rule:28s} steps {steps:4d} drafted {dr:4d} accepted {ac:4d} "
                   f"cost {cost:7.1f}   by source (steps/drafted/accepted): " + ", ".join(
                       f"{nm} {'/'.join(map(str, c))}" for nm, c in zip(rd.names, chosen.tolist())))
+    promised = {}  # (category, rule) -> accepted tokens the estimates promised (--batch)
+    batch_plain = {}  # category -> plain decoding's steps of its batches (--batch)
+    for g in range(0, len(ids) if a.batch > 1 else 0, a.batch):
+        group = ids[g:g + a.batch]
+        cat = byid[group[0]]["category"]
+        plain = max(len(recs[i][2]) - 1 for i in group)  # the batch's plain decode steps
+        print(f"batch {','.join(group)} ({cat}): plain steps {plain}")
+        for rule in a.rules:
+            vc = bucketed_cost(d.cost, K)
+            steps, dr, ac, cost, exp = replay_batch(rd, [recs[i] for i in group], rule, vc,
+                                                    step_cost)
+            for key in ((cat, rule), ("all", rule)):
+                totals.setdefault(key, np.zeros(4))
+                totals[key] += (steps, dr, ac, cost)
+                promised[key] = promised.get(key, 0.0) + exp
+        for key in (cat, "all"):
+            batch_plain[key] = batch_plain.get(key, 0) + plain
+            print(f"  {rule:28s} steps {steps:4d} drafted {dr:4d} accepted {ac:4d} "
+                  f"(promised {exp:6.1f}) cost {cost:7.1f}  {plain / cost:.3f}x")
     print("totals (cost in plain steps; the ratio: plain steps / cost, decode only):")
     for cat in dict.fromkeys(c for c, _ in totals):
         base = totals[cat, a.rules[0]]
-        plain = base[0] + base[2]  # tokens = steps + accepted
+        plain = batch_plain.get(cat, base[0] + base[2])  # tokens = steps + accepted
         print(f"{cat}:")
         for rule in a.rules:
             steps, dr, ac, cost = totals[cat, rule]
             print(f"  {rule:28s} steps {int(steps):5d} drafted {int(dr):5d} "
-                  f"accepted {int(ac):5d} cost {cost:8.1f}  {plain / cost:.3f}x")
+                  f"accepted {int(ac):5d} cost {cost:8.1f}  {plain / cost:.3f}x"
+                  + (f"  promised / accepted {promised[cat, rule] / max(ac, 1):.2f}"
+                     if (cat, rule) in promised else ""))
 
 if __name__ == "__main__":
     main()

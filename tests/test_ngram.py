@@ -224,6 +224,42 @@ def test_batch_choice_against_every_combination():
         assert value_one(one, r, vc) == pytest.approx(value_one(own[:2], r, vc), rel=1e-5)
 
 
+def test_batch_choice_finishes_the_batch_soonest():
+    """With each row's tokens left, the block is the one whose expected tokens per step
+    would finish the batch soonest per verify cost (``min_rows tokens / left``), checked
+    against a direct loop over block lengths; a row with the most left and nothing to draft
+    keeps the batch from drafting."""
+    from specjax.drafters.ngram import batch_choice, reach_chance
+    from specjax.policies.adaptive import bucketed_cost
+
+    rng = np.random.default_rng(5)
+    B, S, K = 4, 2, 4
+    vc = bucketed_cost((1.0, 1.1, 1.6, 1.6, 2.5), K)
+    seen = set()
+    for trial in range(60):
+        reach = reach_chance(jnp.asarray(rng.uniform(0.3, 0.99, (B, S)), jnp.float32), K)
+        cut = jnp.asarray(rng.integers(0, K + 1, (B, S)), jnp.int32)
+        live = jnp.asarray(rng.uniform(size=B) < 0.85)
+        left = jnp.asarray(rng.integers(2, 9, B), jnp.int32)
+        src, n = batch_choice(reach, cut, vc, live, left)
+        r, c, lv, lf = np.asarray(reach), np.asarray(cut), np.asarray(live), np.asarray(left)
+        vals = []
+        for L in range(K + 1):
+            rates = [max(1 + r[b, s, :min(c[b, s], L)].sum() for s in range(S)) / lf[b]
+                     for b in range(B) if lv[b]]
+            vals.append((min(rates) if rates else 1.0) / float(vc[L]))
+        n = np.asarray(n)
+        assert vals[n.max(initial=0)] == pytest.approx(max(vals), rel=1e-5), (trial, vals, n)
+        assert all(m == 0 for m, ok in zip(n, lv) if not ok)
+        assert all(m <= c[b, s] for b, (s, m) in enumerate(zip(np.asarray(src), n)))
+        seen.add(int(n.max(initial=0)))
+        if lv.any():  # the row with the most left has no chain: nothing pays
+            b = int(np.argmax(np.where(lv, lf, -1)))
+            _, n2 = batch_choice(reach, cut.at[b].set(0), vc, live, left.at[b].set(20))
+            assert int(np.asarray(n2).max()) == 0
+    assert len(seen) > 2  # the trials reach several block lengths
+
+
 def value_one(choice, r, vc):
     """Expected tokens per verify cost of one row's ``(source [1], length [1])``."""
     s, m = int(choice[0][0]), int(choice[1][0])
@@ -322,7 +358,9 @@ def test_sampling_matches_the_target_distribution():
     cache = SuffixCache(256)
     for seq in ([1, 2, 3, 4, 5, 6], [3, 4, 4, 4], [2, 3, 0, 1, 2]):
         cache.add(seq)
-    d = drafters.make("ngram", target, k=3, cache=cache, learn=False)
+    # batch_value=rows: the batch's default rule waits for its slowest row, and some of
+    # 5,000 rows always have nothing to draft
+    d = drafters.make("ngram", target, k=3, cache=cache, learn=False, batch_value="rows")
     res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
                    sampling=SamplingParams(temperature=1.0, seed=4))
     assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
@@ -340,6 +378,8 @@ def test_sampling_matches_the_target_distribution():
     ({"source_decay": "0"}, r"source_decay must be in \(0, 1\]"),
     ({"prior_weight": "-1"}, "prior_weight must be > 0"),
     ({"min_gain": "1"}, r"min_gain must be in \[0, 1\)"),
+    ({"batch_value": "sum"}, "batch_value must be 'finish' or 'rows'"),
+    ({"batch_trust": "0"}, r"batch_trust must be in \(0, 1\]"),
     ({"first_token": "true", "per_position": "true"},
      "first_token and per_position exclude each other"),
 ])

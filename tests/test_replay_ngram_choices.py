@@ -52,6 +52,34 @@ def test_replay_of_the_default_rule_is_the_real_run(rp):
     assert drafted == accepted and steps + accepted == len(out) - 1
 
 
+@pytest.mark.parametrize("batch_value", ["finish", "rows"])
+def test_batch_replay_of_the_default_rule_is_the_real_batch(rp, batch_value):
+    """Four prompts recorded alone and replayed as one batch under the drafter's own batch
+    rule give the real batch-4 run's drafted and accepted tokens and its steps."""
+    target = make_target()
+    rng = np.random.default_rng(4)
+    prompts = []
+    for _ in range(4):
+        phrase = rng.integers(3, 60, 7).tolist()
+        prompts.append(phrase * 3 + rng.integers(3, 60, 4).tolist() + phrase[:3])
+    curve = "1,1.05,1.1,1.15,1.2,1.25,1.3,1.35"
+    m = methods.build("ngram", target, {"k": "6", "cost": curve, "learn": "false",
+                                        "batch_value": batch_value}, batch=4)
+    d = m.drafter
+    recs = [rp.record(d, types.SimpleNamespace(model=target), p, 20, (), cache_len=96)
+            for p in prompts]
+    real = generate(target, prompts, max_new_tokens=20, drafter=d, policy=m.policy,
+                    batch_size=4, cache_len=96)
+    assert [r[2] for r in recs] == real.tokens
+    vc = bucketed_cost(d.cost, d.max_k)
+    step_cost = np.linspace(1.0, 2.0, d.max_k + 1)
+    steps, drafted, accepted, cost, _ = rp.replay_batch(d, recs, "default", vc, step_cost)
+    assert drafted > 0
+    assert (steps, drafted, accepted) == (max(real.target_forwards) - 1,
+                                          sum(real.extra["drafted"]),
+                                          sum(real.extra["accepted"]))
+
+
 def test_oracle_and_branch_by_hand(rp):
     """Two sources over a 4-token text: at position 0 source 0 offers the right chain, source
     1 a wrong one; the oracle takes source 0's 2 tokens (3 tokens for one step of cost 1.5,

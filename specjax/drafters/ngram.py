@@ -31,10 +31,11 @@ the machine (:mod:`specjax.cost_curves`, measured on first use and cached, as fo
 ``adaptive`` policy; ``cost=`` takes a curve), ``n`` at most the source's chain (cut where
 ``a_s ** i`` falls below ``min_gain``); ``n = 0`` where nothing pays. In a batch one block
 is verified for all rows, as long as the longest draft, so the choice is the batch's
-(:func:`batch_choice`): the block length with the most expected tokens of all live rows per
-verify cost of the batch's curve, then each row's best source within it; a row with nothing
-worth drafting no longer pays the block another row's chain would have bought alone (until
-2026-12-05 each row chose as if it were alone). The sources run
+(:func:`batch_choice`): the block length whose rows' expected tokens per step would finish
+the batch soonest per verify cost of the batch's curve (a static batch ends with its last
+row: ``batch_value=finish``; ``rows``, the expected tokens of all live rows, was the rule
+until 2026-12-05, and before it each row chose as if it were alone), with the estimates
+scaled by ``batch_trust``, then each row's best source within it. The sources run
 and the choice is made in the drafter's ``plan``, before the step: a step where no row
 drafts is an idle step (a plain forward and ``skip``, which learns the sources' estimates
 from the committed token), not a verify pass of the pending token alone. Pricing
@@ -150,6 +151,14 @@ class NgramConfig:
     datastore: object = dataclasses.field(default=None, metadata={
         "help": "sssd source: a Datastore, a .npz path, a corpus directory, 'empty', or none "
                 "(the one shipped for the target; see the sssd method)"})
+    batch_trust: float = dataclasses.field(default=0.8, metadata={
+        "help": "above batch 1, the acceptance estimates the choice weighs are scaled by "
+                "this (at batch 4 they promised 1.24 times the tokens accepted: the best of "
+                "several noisy estimates is the one chosen)"})
+    batch_value: str = dataclasses.field(default="finish", metadata={
+        "help": "above batch 1, what a verify block is worth: 'finish', how soon the batch "
+                "would finish at the rows' expected tokens per step (a static batch ends "
+                "with its last row), or 'rows', the expected tokens of all live rows"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -163,6 +172,12 @@ class NgramConfig:
         if not (isinstance(self.source_decay, (int, float)) and 0 < self.source_decay <= 1):
             raise DrafterError(f"ngram: source_decay must be in (0, 1], got "
                                f"{self.source_decay!r}")
+        if not (isinstance(self.batch_trust, (int, float)) and 0 < self.batch_trust <= 1):
+            raise DrafterError(f"ngram: batch_trust must be in (0, 1], got "
+                               f"{self.batch_trust!r}")
+        if self.batch_value not in ("finish", "rows"):
+            raise DrafterError(f"ngram: batch_value must be 'finish' or 'rows', got "
+                               f"{self.batch_value!r}")
         if self.recycle_from not in ("target", "text"):
             raise DrafterError(f"ngram: recycle_from must be 'target' or 'text', got "
                                f"{self.recycle_from!r}")
@@ -204,15 +219,24 @@ def reach_sum(reach: jax.Array, n: jax.Array) -> jax.Array:
 
 
 def batch_choice(reach: jax.Array, cut: jax.Array, verify_cost: jax.Array,
-                 live: jax.Array) -> tuple[jax.Array, jax.Array]:
+                 live: jax.Array, left: jax.Array | None = None
+                 ) -> tuple[jax.Array, jax.Array]:
     """Each row's ``(source [B], length [B])`` when the batch verifies one block, whose size
-    its longest draft sets: the block's draft length ``L`` that gives the live rows the most
-    expected tokens per verify cost, ``sum_rows max_s (1 + reach_sum(s, min(cut_s, L)))
-    / verify_cost[L]`` (``L = 0``: a plain step, one token per row), and each row the source
-    with the most expected tokens within ``L``, drafting its chain up to ``L`` (a longer
-    draft than the row's own best costs nothing more in a block that size). At batch 1 it is
-    the row's own choice (:func:`tpl_choice`); in a batch, one row's long chain no longer
-    makes every row pay its block when the other rows have nothing to draft.
+    its longest draft sets: the block's draft length ``L`` worth the most per verify cost
+    (``L = 0``: a plain step), and each row the source with the most expected tokens within
+    ``L``, drafting its chain up to ``L`` (a longer draft than the row's own best costs
+    nothing more in a block that size). At batch 1 it is the row's own choice
+    (:func:`tpl_choice`).
+
+    What a block is worth: with ``left [B]`` (tokens each row may still write), how soon the
+    batch would finish drafting blocks of that size, ``min_rows tokens_row(L) / left_row``
+    (``tokens_row(L)``: the row's most expected tokens per step within ``L``; a static batch
+    ends with its last row, so tokens won by a row that is ahead shorten nothing). In a
+    replay of the 52 batch-4 questions of ``configs/ngram_b4.py`` the sum over rows below
+    ran at 0.96x plain decoding (0.86x in writing) and this at 1.02x
+    (docs/benchmarks_notes.md). Without ``left``: the expected tokens of all live rows,
+    ``sum_rows max_s (1 + reach_sum(s, min(cut_s, L)))`` (what serves a batch whose finished
+    rows are replaced).
 
     ``reach [B, S, K]`` (:func:`reach_chance`), ``cut [B, S]`` the most tokens worth drafting
     from each source, ``verify_cost [K + 1]`` the bucketed cost of a step drafting ``0..K``,
@@ -223,8 +247,13 @@ def batch_choice(reach: jax.Array, cut: jax.Array, verify_cost: jax.Array,
     tokens = 1.0 + jnp.concatenate([jnp.zeros((B, S, 1), reach.dtype),
                                     jnp.cumsum(gained, axis=-1)], axis=-1)  # [B, S, K + 1]
     row = jnp.max(tokens, axis=1)  # [B, K + 1]: a row's most expected tokens within L
-    per_cost = jnp.sum(jnp.where(live[:, None], row, 0.0), axis=0) / verify_cost
-    L = jnp.argmax(per_cost)  # ties: the shorter block
+    if left is None:
+        value = jnp.sum(jnp.where(live[:, None], row, 0.0), axis=0)
+    else:
+        rate = row / jnp.maximum(left, 1)[:, None].astype(row.dtype)
+        value = jnp.min(jnp.where(live[:, None], rate, jnp.inf), axis=0)
+        value = jnp.where(jnp.any(live), value, 1.0)
+    L = jnp.argmax(value / verify_cost)  # ties: the shorter block
     src = jnp.argmax(tokens[:, :, L], axis=1).astype(jnp.int32)
     n = jnp.minimum(cut[jnp.arange(B), src], L)
     n = jnp.where(live, n, 0).astype(jnp.int32)
@@ -338,6 +367,8 @@ class NgramDrafter:
     capacity: int = 0
     first_token: bool = False
     per_position: bool = False
+    batch_value: str = "finish"
+    batch_trust: float = 0.8
     tree: None = None
     name: str = "ngram"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
@@ -363,7 +394,10 @@ class NgramDrafter:
                 f"priced={self.cost is not None}"
                 # only when set, so journals of the earlier default still continue
                 + (" first_token=True" if self.first_token else "")
-                + (" per_position=True" if self.per_position else ""))
+                + (" per_position=True" if self.per_position else "")
+                + (f" batch_value={self.batch_value}" if self.batch_value != "finish"
+                   else "")
+                + (f" batch_trust={self.batch_trust}" if self.batch_trust != 0.8 else ""))
 
     def _learners(self):
         """The sources that keep host-side text across calls (suffix cache, datastore)."""
@@ -403,8 +437,10 @@ class NgramDrafter:
         drafts = jnp.stack(drafts, axis=1)  # [B, S, K]
         lens = jnp.stack(lens, axis=1)  # [B, S]
         reach = self._reach(state)  # [B, S, K]
-        cut = jnp.minimum(lens, reach_length(reach, self.min_gain))
         B = drafts.shape[0]
+        if B > 1 and self.cost is not None:
+            reach = reach * self.batch_trust
+        cut = jnp.minimum(lens, reach_length(reach, self.min_gain))
         if self.cost is None:  # the most expected accepted tokens (ties: the first source)
             src = jnp.argmax(reach_sum(reach, cut), axis=1)
             n = cut[jnp.arange(B), src]
@@ -413,7 +449,8 @@ class NgramDrafter:
             src, n, _ = tpl_choice(reach[..., 0], jnp.zeros((S,), jnp.float32),
                                    bucketed_cost(self.cost, self.max_k), cut, reach=reach)
         else:  # the batch verifies one block: the longest draft's (batch_choice)
-            src, n = batch_choice(reach, cut, bucketed_cost(self.cost, self.max_k), ctx.live)
+            src, n = batch_choice(reach, cut, bucketed_cost(self.cost, self.max_k), ctx.live,
+                                  ctx.left if self.batch_value == "finish" else None)
         tokens = drafts[jnp.arange(B), src]
         n = jnp.where(ctx.live, n, 0)
         chosen = state["chosen"] + (jax.nn.one_hot(src, len(self.sources), dtype=jnp.int32)
@@ -510,6 +547,7 @@ def make_ngram(cfg: NgramConfig, target_lm) -> NgramDrafter:
                         source_decay=float(cfg.source_decay), min_gain=float(cfg.min_gain),
                         cost=tuple(cfg.cost) if cfg.cost is not None else default_cost(target_lm),
                         recycle_from=cfg.recycle_from, first_token=bool(cfg.first_token),
-                        per_position=bool(cfg.per_position),
+                        per_position=bool(cfg.per_position), batch_value=cfg.batch_value,
+                        batch_trust=float(cfg.batch_trust),
                         capacity=next((d.capacity for d, n in zip(subs, cfg.sources)
                                        if n == "suffix"), 0))
