@@ -351,7 +351,9 @@ def replay_batch(d, recs, rule: str, verify_cost, step_cost):
     the slowest of those rows, ``1 + sum_i prod_rows reach``; ``fluid``: the block whose
     rates (expected tokens per step) would finish the batch soonest, ``min_rows tokens /
     left`` per cost (rows tied for the most left do not block drafting, as with ``lagmin``);
-    ``budget=<n>``: the rows' tokens left as the engine knows them, ``n`` less what each
+    ``soft[=<p>]``: the rows' expected tokens weighted by ``(left / most left) ** p``
+    (``p = 0``: ``rows``; large: the rows with the most left); ``budget=<n>``: the rows'
+    tokens left as the engine knows them, ``n`` less what each
     wrote (default: from the recording, which foresees an early end of sequence);
     ``oracle``: each step the block
     and the rows' sources with the most actually accepted tokens per step cost (a bound on
@@ -368,7 +370,7 @@ def replay_batch(d, recs, rule: str, verify_cost, step_cost):
         else:
             key, _, val = part.partition("=")
             opt[key] = val
-    if not {"rows", "lag", "lagmin", "fluid", "oracle"} & set(opt):  # the drafter's own
+    if not {"rows", "lag", "lagmin", "fluid", "soft", "oracle"} & set(opt):  # its own
         opt["fluid" if d.batch_value == "finish" else "rows"] = ""
     opt.setdefault("scale", str(d.batch_trust))
     B = len(recs)
@@ -419,11 +421,15 @@ def replay_batch(d, recs, rule: str, verify_cost, step_cost):
             n = np.where(live, np.minimum(L[np.arange(B), src], n_blk), 0)
             n = np.where(np.minimum(m_all, n_blk).max(axis=1) > 0, n, 0)
         else:
-            if "fluid" in opt:  # the row that would finish last at each block's rates
-                rate = np.max(tokens, axis=1)  # [B, K + 1]
-                worst = np.min(np.where(live[:, None], rate / np.maximum(left, 1)[:, None],
-                                        np.inf), axis=0)
-                blk = int(np.argmax(worst / np.asarray(verify_cost)))
+            if "soft" in opt:  # the rows' expected tokens weighted by (left / most left)^p
+                w = np.where(live, (np.maximum(left, 0) / max(left.max(), 1))
+                             ** float(opt["soft"] or 1), 0.0)
+                val = (w[:, None] * np.max(tokens, axis=1)).sum(0) / np.asarray(verify_cost)
+                blk = int(np.argmax(val))
+            elif "fluid" in opt:  # the row that would finish last at each block's rates
+                _, n = batch_choice(jnp.asarray(reach, jnp.float32), jnp.asarray(cut), vc,
+                                    jnp.asarray(live), jnp.asarray(left))
+                blk = int(np.max(np.asarray(n)))
             elif "lagmin" in opt:  # the slowest rows' expected least advance per cost
                 best_src = np.argmax(tokens, axis=1)  # [B, K + 1]: each row's source by L
                 val = []
