@@ -533,6 +533,10 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_finish_r2", "`ngram` and prompt lookup at batch 4 "
+                         "after `ngram`'s batch choice began valuing a block by how soon the "
+                         "batch would finish, two repeats (2026-12-05, thirty-third "
+                         "session)"),
                         ("bench_ngram_b4_finish", "`ngram` and prompt lookup at batch 4 "
                          "after `ngram`'s batch choice began valuing a block by how soon the "
                          "batch would finish (2026-12-05, thirty-third session), the "
