@@ -162,6 +162,24 @@ def agreed(chain, n, text):
     return m
 
 
+def learn(d, counts, chains, lens, committed) -> list[tuple[int, int]]:
+    """Every source's decayed counts after a step, in place (``ngram.agreement``): ``counts``
+    the row's ``(acc, trials, acc1, trials1)``, each ``[S]``, against its ``chains [S, K]``
+    (``lens [S]`` valid) and the ``committed`` tokens. Returns each source's ``(accepted,
+    known)``."""
+    acc, trials, acc1, trials1 = counts
+    out = []
+    for s in range(len(lens)):
+        known = min(lens[s], len(committed))
+        a = agreed(chains[s], known, committed)
+        acc[s] = d.source_decay * acc[s] + a
+        trials[s] = d.source_decay * trials[s] + a + (a < known)
+        acc1[s] = d.source_decay * acc1[s] + min(a, 1)
+        trials1[s] = d.source_decay * trials1[s] + min(a + (a < known), 1)
+        out.append((a, known))
+    return out
+
+
 def branch(chains, cut, reach, src, n, verify_cost, text, K):
     """``tree2``: the chosen chain ``(src, n)`` with the other source's chain that adds the
     most expected tokens per verify cost where it parts from it (at most ``K`` nodes in all;
@@ -316,13 +334,8 @@ def replay(d, drafts, lens, out, rule: str, verify_cost, step_cost):
         chosen[src] += (n > 0, n, m)
         pol = [0.9 * pol[0] + m, 0.9 * pol[1] + (m < n)]
         committed = text[:m + 1]
-        for s in range(S):  # every source learns (ngram.agreement)
-            known = min(lens[t][s], len(committed))
-            a = agreed(drafts[t, s], known, committed)
-            acc[s] = d.source_decay * acc[s] + a
-            trials[s] = d.source_decay * trials[s] + a + (a < known)
-            acc1[s] = d.source_decay * acc1[s] + min(a, 1)
-            trials1[s] = d.source_decay * trials1[s] + min(a + (a < known), 1)
+        seen = learn(d, (acc, trials, acc1, trials1), drafts[t], lens[t], committed)
+        for s, (a, known) in enumerate(seen):
             if lens[t][s] > 0:
                 b = min(int(np.log2(lens[t][s])), NB - 1)
                 acc_b[s, b] = d.source_decay * acc_b[s, b] + a
@@ -456,13 +469,7 @@ def replay_batch(d, recs, rule: str, verify_cost, step_cost):
             accepted += m
             expected += float(reach[b, src[b], :n[b]].sum())
             committed = texts[b][:m + 1]
-            for s in range(S):  # every source learns (ngram.agreement)
-                known = min(L[b, s], len(committed))
-                a = agreed(drafts[b, s], known, committed)
-                acc[b, s] = d.source_decay * acc[b, s] + a
-                trials[b, s] = d.source_decay * trials[b, s] + a + (a < known)
-                acc1[b, s] = d.source_decay * acc1[b, s] + min(a, 1)
-                trials1[b, s] = d.source_decay * trials1[b, s] + min(a + (a < known), 1)
+            learn(d, (acc[b], trials[b], acc1[b], trials1[b]), drafts[b], L[b], committed)
             t[b] += m + 1
     return steps, drafted, accepted, cost, expected
 
@@ -596,10 +603,10 @@ def main() -> None:
                 totals.setdefault(key, np.zeros(4))
                 totals[key] += (steps, dr, ac, cost)
                 promised[key] = promised.get(key, 0.0) + exp
-        for key in (cat, "all"):
-            batch_plain[key] = batch_plain.get(key, 0) + plain
             print(f"  {rule:28s} steps {steps:4d} drafted {dr:4d} accepted {ac:4d} "
                   f"(promised {exp:6.1f}) cost {cost:7.1f}  {plain / cost:.3f}x")
+        for key in (cat, "all"):
+            batch_plain[key] = batch_plain.get(key, 0) + plain
     print("totals (cost in plain steps; the ratio: plain steps / cost, decode only):")
     for cat in dict.fromkeys(c for c, _ in totals):
         base = totals[cat, a.rules[0]]
