@@ -2,6 +2,7 @@
 costs from the timed steps, the cache (hit, miss, refresh, built-in, corrupt or foreign files),
 model-free drafters, the cost-aware policies counting them, and methods.build filling them in."""
 
+import dataclasses
 import json
 
 import jax
@@ -352,6 +353,72 @@ def test_adaptive_batch_drafts_only_when_the_batch_step_pays():
     assert np.asarray(st.asked).tolist() == [1, 1, 0]
     assert np.asarray(st.offered).tolist() == [1, 0, 0]
     np.testing.assert_allclose(np.asarray(pol.offer_rate(st)), [1.0, 0.5, 1.0])
+
+
+def test_adaptive_batch_finish_rule_by_hand():
+    """Above batch 1 (``batch_value='finish'``, given each row's tokens left) a block of L is
+    worth how soon the batch would end, ``min_r E_r(L) / left_r`` with ``E_r(L) = 1 + o_r t
+    (g_r(L) - 1)``, over the step's cost; every live row drafts the chosen L."""
+    from types import SimpleNamespace
+
+    pol = AdaptivePolicy(max_k=2, cost=(1.0, 1.6, 2.2), batch_trust=0.8, batch_pool=0.0)
+    defaults = AdaptivePolicy(max_k=2)
+    assert (defaults.batch_value, defaults.batch_trust, defaults.batch_pool) == (
+        "finish", 1.0, 8.0)
+    high = (20.0, 0.0)  # a = 21 / 22, g = 1, 1.9545, 2.8657
+    low = (0.0, 20.0)  # a = 1 / 22, g = 1, 1.0455, 1.0475
+
+    def decide(rows, left, live=None, policy=pol, asked=None, offered=None):
+        st = AdaptiveState(accepted=jnp.asarray([r[0] for r in rows]),
+                           rejected=jnp.asarray([r[1] for r in rows]),
+                           asked=None if asked is None else jnp.asarray(asked),
+                           offered=None if offered is None else jnp.asarray(offered))
+        live = [True] * len(rows) if live is None else live
+        ctx = SimpleNamespace(live=jnp.asarray(live), left=jnp.asarray(left, jnp.int32))
+        return np.asarray(policy.decide(st, ctx)).tolist()
+
+    # alike rows: E(2) = 1 + 0.8 * 1.8657 = 2.4926 per 2.2 = 1.133 > E(1) / 1.6 = 1.102 > 1
+    assert decide([high, high], [10, 10]) == [2, 2]
+    # equal budgets: the poor row sets the end (1.036 / 1.6 < 1): nobody drafts
+    assert decide([high, low], [10, 10]) == [0, 0]
+    # the good row is the one behind (40 left against 10): the end is its, min_r E_r / left_r
+    # = 0.025, 0.0441, 0.0623 for L = 0, 1, 2, per cost 0.025, 0.0276, 0.0283: both draft 2
+    # (the sum over rows, 3.913 / 2.2 < 2 rows, would not draft)
+    assert decide([high, low], [40, 10]) == [2, 2]
+    assert decide([high, low], [40, 10], policy=dataclasses.replace(
+        pol, batch_value="rows")) == [0, 0]
+    # the poor row behind: 1.036 / 40 per 1.6 < 1 / 40: nobody drafts
+    assert decide([high, low], [10, 40]) == [0, 0]
+    # a finished row neither counts nor drafts
+    assert decide([high, low], [10, 10], live=[True, False]) == [2, 0]
+    # the trust: a = 0.7 (A = 6, R = 2), E(1) = 1.7 / 1.6 pays at t = 1, 1.56 / 1.6 not at 0.8
+    mid = (6.0, 2.0)
+    assert decide([mid, mid], [8, 8]) == [0, 0]
+    assert decide([mid, mid], [8, 8], policy=dataclasses.replace(pol, batch_trust=1.0)) == [1, 1]
+    # rows that rarely offer (o = 1 / 11): E(2) = 1.1357 for a step of 1 + 0.1736 * 1.2
+    assert decide([high, high], [10, 10], asked=[10.0, 10.0], offered=[0.0, 0.0]) == [0, 0]
+    assert decide([high, high], [10, 10], asked=[1.0, 1.0], offered=[1.0, 1.0]) == [2, 2]
+    # at batch 1 the rule is the row's own (unchanged by batch_value and batch_trust)
+    assert decide([mid], [8]) == [1]
+    # batch_pool: each row's estimate pulled toward the live rows' pooled one. Rows a = 0.7
+    # (6, 2) and 0.4 (1, 2) at t = 1 with a 2-token block at 1.5: alone the poor row's E(1) =
+    # 1.4 < 1.5 sets the end; pooled (7 + 1) / (11 + 2) = 0.615 with weight 8 it is (1 + 1 +
+    # 8 * 0.615) / (3 + 2 + 8) = 0.533, E(1) = 1.533 > 1.5: both draft one token
+    pooled = AdaptivePolicy(max_k=2, cost=(1.0, 1.5, 2.2), batch_pool=0.0)
+    poor = (1.0, 2.0)
+    assert decide([mid, poor], [8, 8], policy=pooled) == [0, 0]
+    assert decide([mid, poor], [8, 8], policy=dataclasses.replace(pooled, batch_pool=8.0)) \
+        == [1, 1]
+    # a finished row's counts are not pooled: beside a dead perfect row the pool is the poor
+    # row's own estimate
+    assert decide([poor, (50.0, 0.0)], [8, 8], live=[True, False],
+                  policy=dataclasses.replace(pooled, batch_pool=8.0)) == [0, 0]
+    for bad, match in (({"batch_value": "sum"}, "batch_value must be 'finish' or 'rows'"),
+                       ({"batch_trust": 0.0}, "batch_trust must be in"),
+                       ({"batch_trust": "x"}, "batch_trust must be in"),
+                       ({"batch_pool": -1.0}, "batch_pool must be >= 0")):
+        with pytest.raises(PolicyError, match=match):
+            AdaptivePolicy(max_k=2, **bad)
 
 
 def test_never_pays_by_hand():

@@ -10,11 +10,16 @@ verify-cost curve, bucketed as the engine buckets its verify blocks) plus ``draf
 draft_cost`` for the drafter's own work when ``k >= 1`` (0 unless given; a step that drafts
 nothing is an idle step, a plain step). Each row drafts the ``k`` that maximises its tokens per
 unit cost, and nothing when no ``k`` beats plain decoding. A batch verifies one block, its
-longest draft's: the batch drafts only when its live rows' expected tokens per unit cost of
-that step beat one token per row (else no row drafts this step), each row's tokens and the
-block's cost weighted by the row's running chance that the drafter offers a draft when asked
-(a lookup drafter finds no match on most steps; at batch 1, with the default ``min_gain = 1``,
-the chance cancels). Counts decay every step (by ``idle_decay`` on a row's steps without a
+longest draft's, so above batch 1 the batch drafts one length ``L`` (every live row; 0: a
+plain step): by default (``batch_value='finish'``) the one that brings the batch's end
+nearest per unit cost, ``min_rows E_r(L) / left_r`` (a static batch ends with its last row),
+each row's estimate pulled toward the live rows' pooled one (``batch_pool``) and its extra
+tokens scaled by ``batch_trust`` (:meth:`AdaptivePolicy._decide_finish`);
+with ``batch_value='rows'`` each row its own best ``k`` when the live rows' expected tokens
+per unit cost of that step beat one token per row (else no row drafts this step). Both weigh
+each row's tokens and the block's cost by the row's running chance that the drafter offers a
+draft when asked (a lookup drafter finds no match on most steps; at batch 1, with the default
+``min_gain = 1``, the chance cancels). Counts decay every step (by ``idle_decay`` on a row's steps without a
 draft, when given), so a row that stopped drafting drifts back to the prior and probes again:
 once a first draft is rejected where a one-token draft's step costs 1.4 plain steps, after
 about 8 idle steps with ``decay = 0.9``, after about 35 with ``idle_decay = 0.98``
@@ -286,6 +291,19 @@ class AdaptivePolicy:
     prior_rejected: float = 1.0
     min_gain: float = dataclasses.field(default=1.0, metadata={
         "help": "draft only when expected tokens per unit cost exceed this"})
+    batch_value: str = dataclasses.field(default="finish", metadata={
+        "help": "above batch 1, what a verify block is worth: 'finish', how soon the batch "
+                "would finish at the rows' expected tokens per step (a static batch ends "
+                "with its last row), or 'rows', the expected tokens of all live rows"})
+    batch_trust: float = dataclasses.field(default=1.0, metadata={
+        "help": "above batch 1 under 'finish', each row's expected extra tokens per step are "
+                "scaled by this (1: as estimated; at batch 4 with the EAGLE-3 head 0.8 "
+                "drafted too little, docs/benchmarks_notes.md)"})
+    batch_pool: float = dataclasses.field(default=8.0, metadata={
+        "help": "above batch 1 under 'finish', each row's acceptance estimate is pulled toward "
+                "the live rows' pooled one with this weight in drafted tokens (the rows share "
+                "one drafter; a row's own counts are few and noisy, and the batch waits for "
+                "its lowest estimate)"})
     name: str = dataclasses.field(default="adaptive", init=False)
     stops_mid_draft: bool = dataclasses.field(default=False, init=False)
 
@@ -302,6 +320,15 @@ class AdaptivePolicy:
                               f"{self.prior_rejected!r}")
         if len(self.cost) < 1 or any(c <= 0 for c in self.cost):
             raise PolicyError("cost must be a non-empty list of positive relative costs")
+        if self.batch_value not in ("finish", "rows"):
+            raise PolicyError(f"policy 'adaptive': batch_value must be 'finish' or 'rows', "
+                              f"got {self.batch_value!r}")
+        if not (isinstance(self.batch_pool, numbers.Real) and self.batch_pool >= 0):
+            raise PolicyError(f"policy 'adaptive': batch_pool must be >= 0, got "
+                              f"{self.batch_pool!r}")
+        if not (isinstance(self.batch_trust, numbers.Real) and 0 < self.batch_trust <= 1):
+            raise PolicyError(f"policy 'adaptive': batch_trust must be in (0, 1], got "
+                              f"{self.batch_trust!r}")
         check_draft_costs(self)
         check_step_cost(self)
 
@@ -324,7 +351,10 @@ class AdaptivePolicy:
     def never_drafts(self) -> str | None:
         """Why this policy will not draft in a run, or None: at its initial state (the prior
         estimate, every row alike) no draft pays (:func:`never_pays`), and a step that drafts
-        nothing leaves the counts at zero, so the estimate never leaves the prior."""
+        nothing leaves the counts at zero, so the estimate never leaves the prior. It is the
+        batch-1 test: above batch 1 ``batch_trust < 1`` may keep the finish rule from drafting
+        at the prior where this says it may; such a run idles (idle steps cost about a plain
+        step) and gives the same output."""
         a0 = self.prior_accepted / (self.prior_accepted + self.prior_rejected)
         return never_pays(self, self.min_gain, acceptance=min(a0, 0.999))
 
@@ -343,6 +373,9 @@ class AdaptivePolicy:
         return self.expected_tokens(state) / self._bucketed_cost()[None]
 
     def decide(self, state: AdaptiveState, ctx):
+        if (self.batch_value == "finish" and getattr(ctx, "left", None) is not None
+                and state.accepted.shape[0] > 1):
+            return self._decide_finish(state, ctx)
         tokens = self.expected_tokens(state)
         cost = self._bucketed_cost()
         gain = tokens / cost[None]
@@ -365,6 +398,41 @@ class AdaptivePolicy:
         step = 1.0 + p_block * (cost[kmax] - 1.0)
         pays = batch_tokens / step > self.min_gain * jnp.maximum(live.sum(), 1)
         return jnp.where(pays, k, 0).astype(jnp.int32)
+
+    def _decide_finish(self, state: AdaptiveState, ctx):
+        """The batch's block length ``L`` (every live row drafts ``L``; 0: a plain step) that
+        brings the batch's end nearest per unit cost. A static batch ends with its last row:
+        at ``E_r(L)`` expected tokens per step row ``r`` needs ``left_r / E_r(L)`` more steps,
+        so a block is worth ``min_r E_r(L) / left_r`` (tokens won by a row that is ahead
+        shorten nothing) over the step's expected cost. ``E_r(L) = 1 + o_r t (g_r(L) - 1)``:
+        ``g_r`` the geometric expected tokens at the row's acceptance estimate (its counts
+        with ``batch_pool`` drafted tokens at the live rows' pooled rate), ``o_r`` its
+        chance of offering a draft when asked, ``t`` = ``batch_trust``; the step costs
+        ``cost[L]`` when some row offers (chance ``1 - prod_r (1 - o_r)``), else a plain
+        step. A draft as long as the block costs a row nothing more than a shorter one."""
+        live = ctx.live
+        tokens = self.expected_tokens(state)  # [B, K + 1]
+        if self.batch_pool > 0:
+            w = jnp.where(live, 1.0, 0.0)
+            pa, pr = self.prior_accepted, self.prior_rejected
+            pooled = (jnp.sum(w * state.accepted) + pa) / (
+                jnp.sum(w * (state.accepted + state.rejected)) + pa + pr)
+            a = (state.accepted + pa + self.batch_pool * pooled) / (
+                state.accepted + state.rejected + pa + pr + self.batch_pool)
+            tokens = geometric_tokens(jnp.clip(a, 0.0, 0.999), self.max_k)
+        cost = self._bucketed_cost()
+        o = jnp.where(live, self.offer_rate(state), 0.0)
+        rows = 1.0 + o[:, None] * self.batch_trust * (tokens - 1.0)
+        rate = rows / jnp.maximum(ctx.left, 1)[:, None].astype(rows.dtype)
+        value = jnp.min(jnp.where(live[:, None], rate, jnp.inf), axis=0)  # [K + 1]
+        value = jnp.where(jnp.any(live), value, 1.0)
+        p_block = 1.0 - jnp.prod(1.0 - o)
+        step = 1.0 + p_block * (cost - 1.0)
+        step = step.at[0].set(1.0)
+        per_cost = value / step
+        L = jnp.argmax(per_cost)  # ties: the shorter block
+        pays = per_cost[L] > self.min_gain * per_cost[0]
+        return jnp.where(live & pays, L, 0).astype(jnp.int32)
 
     def stop(self, state, step):
         return jnp.zeros(step.token.shape, bool)
