@@ -1,9 +1,11 @@
 """Issue 23: why the EAGLE-3 head's dynamic default trails fixed k = 1 at batch 4
-(configs/policies_eagle_b4_pool.py: 1.09x against 1.15x): a step on which no row drafts costs
-about 1.05 plain steps there, but the measured step costs price it at 1 (a plain step), so
-the rule idles where a one-token draft would pay. Here `eagle@idle105` prices the drafting
-steps relative to such an idle step (the measured 1.34 / 1.87 plain steps divided by 1.05:
-`step_cost=1,1.276,1.781,1.781`), against the default and fixed k = 1, on the same 52
+(configs/policies_eagle_b4_pool.py: 1.05x against 1.08x, decode 1.09x against 1.15x): the
+policy weighs a draft against a price about 5% too high (the probe's 1.34 plain steps for a
+one-token step where the run's steps cost about 1.29; the idle-step reading of one category,
+1.05 plain steps, was not borne out by the probe, which times the idle step at 1.009). Here
+`eagle@idle105` prices the drafting steps 5% lower (the measured 1.34 / 1.87 plain steps
+divided by 1.05: `step_cost=1,1.276,1.781,1.781`), against the default and fixed k = 1, on
+the same 52
 Spec-Bench questions (each category's four as one batch of 4), 64 new tokens, greedy, float32,
 a 1,024-position cache. Journaled: `specjax bench --config configs/policies_eagle_b4_idle.py
 --time-limit MINUTES`, rerun the same command to continue. (Run at commit 6b8d2e6 from a copy

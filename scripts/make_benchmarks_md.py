@@ -534,7 +534,7 @@ def main():
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
                         ("bench_policies_eagle_b4_idle", "The EAGLE-3 head at batch 4 with "
-                         "`adaptive`'s steps priced against its idle step, against the "
+                         "`adaptive`'s steps priced 5% below the probe's, against the "
                          "default and fixed k = 1 (2026-12-05, thirty-fourth session)"),
                         ("bench_policies_eagle_b4_pool", "The EAGLE-3 head and prompt lookup "
                          "at batch 4 under `adaptive`'s pooled finish rule, its default since "
