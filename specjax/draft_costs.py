@@ -52,10 +52,10 @@ from specjax.errors import PolicyError
 from specjax.fingerprint import cache_root
 
 # 5: measured after the verify forward writes the target's cache in place (2026-12-05; its
-# 4- and 9-token blocks 7% cheaper at batch 1, a 2-token block's step 1.40 -> 1.14 plain steps
-# at batch 4); 4: the timed steps are the policy's step costs (2026-11-28); 3: split into a per-token cost
-# and an overhead against the verify curve, measured after the exact numerics' verify step
-# stopped copying every layer's KV cache (2026-11-27)
+# 4- and 9-token blocks 7% cheaper at batch 1, a 2-token block's step 1.40 -> 1.14 plain
+# steps at batch 4); 4: the timed steps are the policy's step costs (2026-11-28); 3: split
+# into a per-token cost and an overhead against the verify curve, measured after the exact
+# numerics' verify step stopped copying every layer's KV cache (2026-11-27)
 FORMAT = "specjax-draft-cost-5"
 PREFIX = 128
 STEPS = 24

@@ -19,8 +19,9 @@ with ``batch_value='rows'`` each row its own best ``k`` when the live rows' expe
 per unit cost of that step beat one token per row (else no row drafts this step). Both weigh
 each row's tokens and the block's cost by the row's running chance that the drafter offers a
 draft when asked (a lookup drafter finds no match on most steps; at batch 1, with the default
-``min_gain = 1``, the chance cancels). Counts decay every step (by ``idle_decay`` on a row's steps without a
-draft, when given), so a row that stopped drafting drifts back to the prior and probes again:
+``min_gain = 1``, the chance cancels). Counts decay every step (by ``idle_decay`` on a row's
+steps without a draft, when given), so a row that stopped drafting drifts back to the prior
+and probes again:
 once a first draft is rejected where a one-token draft's step costs 1.4 plain steps, after
 about 8 idle steps with ``decay = 0.9``, after about 35 with ``idle_decay = 0.98``
 (tests/test_policies.py), after about 165 with 0.995 (the default of the drafters that are not
