@@ -54,7 +54,8 @@ from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model
 
 # 3: from 2026-12-05, when the speculative loop's verify forward writes the cache in place
 # (the loop's blocks cheaper; specjax.loop); 2: from 2026-12-02, when the one-token forward
-# the curve is relative to stopped copying every layer's cache (specjax.cache.write_block); format 1 priced blocks ~5% low at batch 1
+# the curve is relative to stopped copying every layer's cache (specjax.cache.write_block);
+# format 1 priced blocks ~5% low at batch 1
 FORMAT = "specjax-cost-curve-3"
 # the in-loop probe's name in the key; "-2" from 2026-12-05, when the verify forward stopped
 # deferring its cache write (specjax.loop), which made every block size's step cheaper
