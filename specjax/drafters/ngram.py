@@ -85,7 +85,7 @@ from specjax.drafters.suffix import SuffixConfig, make_suffix
 from specjax.drafters.token_recycling import TokenRecyclingDrafter
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
-from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
+from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost, finish_value
 from specjax.tree import DraftTree
 
 SOURCES = ("suffix", "prompt_lookup", "token_recycling", "sssd")
@@ -250,9 +250,7 @@ def batch_choice(reach: jax.Array, cut: jax.Array, verify_cost: jax.Array,
     if left is None:
         value = jnp.sum(jnp.where(live[:, None], row, 0.0), axis=0)
     else:
-        rate = row / jnp.maximum(left, 1)[:, None].astype(row.dtype)
-        value = jnp.min(jnp.where(live[:, None], rate, jnp.inf), axis=0)
-        value = jnp.where(jnp.any(live), value, 1.0)
+        value = finish_value(row, left, live)
     L = jnp.argmax(value / verify_cost)  # ties: the shorter block
     src = jnp.argmax(tokens[:, :, L], axis=1).astype(jnp.int32)
     n = jnp.minimum(cut[jnp.arange(B), src], L)

@@ -112,6 +112,17 @@ DEFAULT_COST = load_cost_curve(str(_CURVES / "smollm2-135m_float32.json"), 1)
 DEFAULT_COST_W8A8 = load_cost_curve(str(_CURVES / "smollm2-135m_w8a8.json"), 1)
 
 
+def finish_value(tokens: jnp.ndarray, left: jnp.ndarray, live: jnp.ndarray) -> jnp.ndarray:
+    """``[K + 1]``: what a block of each draft length ``L`` is worth to a static batch, which
+    ends with its last row: how soon the batch would finish at the rows' expected tokens per
+    step, ``min over live rows of tokens[r, L] / left_r`` (1 when no row is live).
+    ``tokens [B, K + 1]`` expected tokens per step, ``left [B]`` tokens each row may still
+    write, ``live [B]``. Used by ``adaptive`` and ``ngram`` above batch 1."""
+    rate = tokens / jnp.maximum(left, 1)[:, None].astype(tokens.dtype)
+    value = jnp.min(jnp.where(live[:, None], rate, jnp.inf), axis=0)
+    return jnp.where(jnp.any(live), value, 1.0)
+
+
 def geometric_tokens(a: jnp.ndarray, max_k: int) -> jnp.ndarray:
     """Tokens a step yields in expectation, ``(1 - a^(k+1)) / (1 - a)`` for k = 0..max_k, when
     each drafted token is accepted with probability ``a`` (``[B]``, clipped to [0, 0.999])
@@ -424,9 +435,7 @@ class AdaptivePolicy:
         cost = self._bucketed_cost()
         o = jnp.where(live, self.offer_rate(state), 0.0)
         rows = 1.0 + o[:, None] * self.batch_trust * (tokens - 1.0)
-        rate = rows / jnp.maximum(ctx.left, 1)[:, None].astype(rows.dtype)
-        value = jnp.min(jnp.where(live[:, None], rate, jnp.inf), axis=0)  # [K + 1]
-        value = jnp.where(jnp.any(live), value, 1.0)
+        value = finish_value(rows, ctx.left, live)  # [K + 1]
         p_block = 1.0 - jnp.prod(1.0 - o)
         step = 1.0 + p_block * (cost - 1.0)
         step = step.at[0].set(1.0)
