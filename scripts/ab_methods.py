@@ -60,7 +60,7 @@ def main() -> None:
     built = {"ar": (None, None, None)}
     for spec in a.methods:
         name, args = methods.parse_method_spec(spec.removesuffix("@noidle"))
-        built[spec] = methods.build(name, lm, args)
+        built[spec] = methods.build(name, lm, args, cache_len=a.cache_len or None)
         if learns_across_calls(built[spec][0]) and a.warm_journal is None:
             raise SystemExit(f"{spec}: learns across calls; give it learn=false "
                              "or --warm-journal")

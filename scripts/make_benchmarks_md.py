@@ -533,6 +533,13 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_ngram_b4_cachelen", "`ngram` and prompt lookup at batch 4 "
+                         "with the in-loop verify curve timed at the run's 1,024-position "
+                         "cache, two repeats (2026-12-05, thirty-fifth session)"),
+                        ("bench_policies_eagle_b4_cachelen", "The EAGLE-3 head at batch 4 "
+                         "under `adaptive` with its steps timed at the run's 1,024-position "
+                         "cache, against fixed k = 1, two repeats (2026-12-05, thirty-fifth "
+                         "session)"),
                         ("bench_policies_eagle_b4_idle", "The EAGLE-3 head at batch 4 with "
                          "`adaptive`'s steps priced 5% below the probe's, against the "
                          "default and fixed k = 1 (2026-12-05, thirty-fourth session)"),

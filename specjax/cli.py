@@ -86,8 +86,14 @@ def cmd_generate(args) -> int:
         items = BUILTIN_PROMPTS
     lm = _load(args)
     ids = _encode(lm, items, not args.no_chat_template)
+    # the cache length the cost probes time: the one given, else the median prompt's
+    from specjax.buckets import cache_length
+
+    lengths = sorted(cache_length(len(p), args.max_new_tokens) for p in ids)
+    priced = args.cache_len or (lengths[(len(lengths) - 1) // 2] if lengths else None)
     drafter, policy, verifier = methods.build(args.method, lm, method_args,
-                                              batch=max(1, min(args.batch_size, len(ids))))
+                                              batch=max(1, min(args.batch_size, len(ids))),
+                                              cache_len=priced)
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
@@ -209,12 +215,12 @@ def cmd_demo(args) -> int:
         for n in ([target] if target else names):
             per_method[n].update(methods.parse_method_args(
                 [item.split(".", 1)[1] if target else item]))
-    built = {n: methods.build(n, lm, per_method[n]) for n in names}
-    eos = lm.tokenizer.eos_ids
-    runs = [("ar", (None, None, None))] + [(n, tuple(built[n])) for n in names]
     # one cache length for every prompt: one compiled decode loop per method, not one per
     # prompt bucket (the compile is most of the demo's time on a CPU)
     S = max(cache_length(len(p), args.max_new_tokens) for p in ids)
+    built = {n: methods.build(n, lm, per_method[n], cache_len=S) for n in names}
+    eos = lm.tokenizer.eos_ids
+    runs = [("ar", (None, None, None))] + [(n, tuple(built[n])) for n in names]
     print("compiling ...", file=sys.stderr)
     compile_s = 0.0
     for _, (d, pol, ver) in runs:

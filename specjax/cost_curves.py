@@ -30,11 +30,13 @@ Batch sizes are bucketed to 1, 4, 16 and 64 (the smallest bucket >= the batch; 6
 Above batch 1 the methods price by another probe (``in_loop=True``, cached apart): whole
 steps of the decode loop verifying each block size with junk drafts, against a step of plain
 decoding (:func:`specjax.bench.curve.step_curve_vs_plain`, 3 interleaved rounds, a few
-minutes per batch bucket on the project's CPU). A draft-and-verify step does more than its
-forward (acceptance, the commit, the drafter's and the policy's work): at batch 4 a 1-token
-block's step cost 1.21 plain steps, and a curve relative to a lone one-token forward priced a
-2-token block at 1.20 where the loop paid 1.48 (until 2026-12-05, when the verify forward
-began writing the cache in place: 1.06 and 1.14 since, scripts/step_cost_vs_plain.py).
+minutes per batch bucket on the project's CPU), with a KV cache as long as the generation's
+(``cache_len``, bucketed by :func:`specjax.buckets.probe_cache_length`, one file per
+length). A draft-and-verify step does more than its forward (acceptance, the commit, the
+drafter's and the policy's work): at batch 4 a 1-token block's step cost 1.21 plain
+steps, and a curve relative to a lone one-token forward priced a 2-token block at 1.20 where
+the loop paid 1.48 (until 2026-12-05, when the verify forward began writing the cache in
+place: 1.06 and 1.14 since, scripts/step_cost_vs_plain.py).
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from pathlib import Path
 from typing import Callable
 
 from specjax import atomic
-from specjax.buckets import verify_buckets
+from specjax.buckets import probe_cache_length, verify_buckets
 from specjax.errors import PolicyError
 from specjax.fingerprint import CACHE_ENV, cache_root, device_description, model_fingerprint
 
@@ -191,7 +193,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
                   directory: str | Path | None = None,
                   measure: Callable[..., dict] | None = None,
                   say: Callable[[str], None] | None = None,
-                  in_loop: bool = False) -> tuple[float, ...]:
+                  in_loop: bool = False, cache_len: int | None = None) -> tuple[float, ...]:
     """The verify-cost curve (``cost[T - 1]`` for ``T = 1 .. max(needed block size)``) for
     target ``lm`` on this machine at batch ``batch``: from the cache, else measured and
     cached (see the module docstring).
@@ -211,6 +213,10 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         (:func:`specjax.bench.curve.step_curve_vs_plain`; cached apart): what a drafter whose
         undrafted steps are idle steps pays per verify block, the speculative step's own
         work included.
+      cache_len: with ``in_loop``, the KV-cache length the generations will compile (None:
+        not known); the steps are timed with
+        :func:`specjax.buckets.probe_cache_length` of it and cached apart per length (a
+        plain step reads the whole static cache, so a block's price over it moves with it).
 
     Raises:
       PolicyError: an unknown mode, a bad batch size or max_k.
@@ -225,7 +231,7 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         return default_cost(lm)
     key = curve_key(lm, batch)
     if in_loop:
-        key = {**key, "probe": LOOP_PROBE}
+        key = {**key, "probe": LOOP_PROBE, "cache_len": probe_cache_length(cache_len)}
     ks = needed_ks(max_k)
     path = curve_path(key, Path(directory) if directory is not None else None)
     want, outcome, why = ks, "", ""  # the sizes to measure; why the cached file is not used
@@ -241,12 +247,15 @@ def measured_cost(lm, max_k: int, batch: int = 1, *, mode: str | None = None,
         from specjax.bench.curve import step_curve_vs_plain as measure
     elif measure is None:
         from specjax.bench.curve import verify_curve as measure
+    how = (f", whole loop steps against plain ones, {key['cache_len']}-position cache"
+           if in_loop else "")
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring the verify-cost curve of this machine (block sizes {list(want)}, batch "
-        f"{key['batch']}{', whole loop steps against plain ones' if in_loop else ''}); "
+        f"{key['batch']}{how}); "
         f"cached in {path.parent}" + (f" ({why})" if outcome == "stale" else ""))
     data = measure(lm, ks=want, batches=(key["batch"],), prefix=PREFIX,
-                   repeats=IN_LOOP_REPEATS if in_loop else REPEATS)
+                   repeats=IN_LOOP_REPEATS if in_loop else REPEATS,
+                   **({"cache_len": key["cache_len"]} if in_loop else {}))
     from specjax.bench.machine import utc_now
 
     data = {**data, "key": key, "measured_at": utc_now(),

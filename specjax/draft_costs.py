@@ -15,14 +15,16 @@ where it loses.
 :func:`measured_step_costs` times the whole step where it is paid: seconds per target
 forward of plain decoding and of the drafter drafting ``k`` tokens every step, for ``k`` the
 largest draft of each verify block size the engine compiles (``k = 1`` and ``k = 3`` for
-``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket,
+``max_k = 3``: blocks of 2 and 4 tokens), on one synthetic prompt at the batch size's bucket
+with a KV cache as long as the generation's (:func:`probe_cache_length`: a plain step reads the
+whole static cache, so what drafting costs over it moves with the cache's length),
 the loops timed in turn within each repeat and each step taken over plain decoding's time in
 the same repeat (median over repeats). The policy's ``step_cost[k]`` is the ratio timed at the
 largest ``k'`` of ``k``'s block (a shorter draft into the same block saves only its draft
 steps, not counted), never decreasing in ``k``, and 1 for ``k = 0``. A few compiles and
 rounds of decoding on first use (about two and a half minutes per drafter at batch 1 on the
-project's CPU); cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per
-(device, model, batch bucket, drafter and its options), reused after. The mode is the cost
+project's CPU); cached as JSON in ``$SPECJAX_CACHE_DIR/draft_costs`` per (device, model,
+batch bucket, cache length, drafter and its options), reused after. The mode is the cost
 curve's (``$SPECJAX_COST_CURVE``, or ``draft_cost=`` or ``cost=auto|builtin|refresh``):
 ``builtin`` times no step (the policy then prices drafting at nothing on the verify curve, the
 built-in one under ``SPECJAX_COST_CURVE=builtin``, the test suite's mode). Model-free
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Callable
 
 from specjax import atomic, cost_curves
+from specjax.buckets import PROBE_CACHE, probe_cache_length
 from specjax.errors import PolicyError
 from specjax.fingerprint import cache_root
 
@@ -70,12 +73,15 @@ def cache_dir() -> Path:
     return cache_root() / "draft_costs"
 
 
-def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch: int) -> dict:
+def draft_cost_key(lm, drafter_name: str, drafter_args: dict, max_k: int, batch: int,
+                   cache_len: int | None = None) -> dict:
     """What a draft cost is valid for: the verify curve's key (device, model, batch bucket)
-    plus the drafter, its options as given and its maximum k."""
+    plus the drafter, its options as given, its maximum k and the probe's cache length
+    (:func:`probe_cache_length` of ``cache_len``)."""
     args = {str(k): str(v) for k, v in sorted((drafter_args or {}).items())}
     return {**cost_curves.curve_key(lm, batch), "format": FORMAT, "drafter": drafter_name,
-            "drafter_args": args, "max_k": int(max_k)}
+            "drafter_args": args, "max_k": int(max_k),
+            "cache_len": probe_cache_length(cache_len)}
 
 
 class DraftEvery:
@@ -115,7 +121,7 @@ def timed_ks(max_k: int) -> tuple[int, ...]:
 
 
 def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: int = STEPS,
-                       repeats: int = REPEATS) -> dict:
+                       repeats: int = REPEATS, cache_len: int = PROBE_CACHE) -> dict:
     """Seconds per target forward of plain decoding (``plain_step_s``) and of ``drafter``
     drafting ``k`` tokens every step for each ``k`` of :func:`timed_ks` (``step_s``, keyed by
     ``str(k)``), ``batch`` rows of one synthetic prompt, greedy, no EOS, and the median over
@@ -124,7 +130,8 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     (:func:`specjax.bench.curve.interleaved_seconds_per_forward`), decoding two token budgets
     ``steps`` apart (one compiled program) and taking the difference, so the prefill and the
     shorter drafts of the last steps cancel; medians over ``repeats`` after a compiling
-    round."""
+    round. The cache holds ``cache_len`` positions (more if the decoded tokens need
+    them)."""
     import numpy as np
 
     from specjax.bench.curve import interleaved_seconds_per_forward
@@ -134,7 +141,7 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
     prompt = [(7 * i + 11) % vocab for i in range(prefix)]
     K = int(drafter.max_k)
     short, long = K + 2, K + 2 + steps * (K + 1)
-    cache_len = cache_length(prefix, long + 1)
+    cache_len = max(int(cache_len), cache_length(prefix, long + 1))
     ks = timed_ks(K)
     plain, *timed = interleaved_seconds_per_forward(
         lm, [(None, None)] + [(drafter, DraftEvery(K, k)) for k in ks], prompt, batch,
@@ -143,7 +150,8 @@ def measure_step_ratio(lm, drafter, batch: int, *, prefix: int = PREFIX, steps: 
             "step_s": {str(k): float(np.median(t)) for k, t in zip(ks, timed)},
             "ratio": {str(k): float(np.median(np.asarray(t) / np.asarray(plain)))
                       for k, t in zip(ks, timed)},
-            "k": K, "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats}
+            "k": K, "batch": batch, "prefix": prefix, "steps": steps, "repeats": repeats,
+            "cache_len": cache_len}
 
 
 def step_costs_from(ratios: dict[int, float], max_k: int) -> tuple[float, ...]:
@@ -168,8 +176,8 @@ def step_costs_from(ratios: dict[int, float], max_k: int) -> tuple[float, ...]:
 
 
 def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | None = None, *,
-                        batch: int = 1, mode: str | None = None,
-                        directory: str | Path | None = None,
+                        batch: int = 1, cache_len: int | None = None,
+                        mode: str | None = None, directory: str | Path | None = None,
                         measure: Callable[..., dict] | None = None,
                         say: Callable[[str], None] | None = None) -> tuple[float, ...] | None:
     """``step_cost`` (k = 0..``drafter.max_k``) of a cost-aware policy: what a step that
@@ -183,9 +191,12 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
       drafter_name, drafter_args: what keys the cache (the method name and its drafter
         options as given).
       batch: the batch size (bucketed as the verify curve's).
+      cache_len: the KV-cache length the generations will compile (None: not known); the
+        steps are timed with :func:`probe_cache_length` of it, cached apart per length.
       mode: ``auto`` / ``builtin`` / ``refresh`` (default ``$SPECJAX_COST_CURVE``, else auto).
       directory: the cache directory (default :func:`cache_dir`).
-      measure: ``measure(lm, drafter, batch) -> {"plain_step_s", "step_s": {str(k): s}}``,
+      measure: ``measure(lm, drafter, batch, cache_len=...) -> {"plain_step_s", "step_s":
+        {str(k): s}}``,
         optionally with ``"ratio": {str(k): r}`` (taken over ``step_s / plain_step_s``)
         (default :func:`measure_step_ratio`; tests pass a fake).
       say: where the one-line "measuring ..." notice goes (default: stderr).
@@ -195,7 +206,7 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
     if m == "builtin" or getattr(drafter, "model_free", False):
         return None
     K = int(drafter.max_k)
-    key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch)
+    key = draft_cost_key(lm, drafter_name, drafter_args or {}, K, batch, cache_len)
     path = cost_curves.curve_path(key, Path(directory) if directory is not None
                                   else cache_dir())  # the same key -> file naming
     old = None
@@ -219,8 +230,9 @@ def measured_step_costs(lm, drafter, drafter_name: str, drafter_args: dict | Non
     bucket = key["batch"]
     (say or (lambda s: print(s, file=sys.stderr, flush=True)))(
         f"measuring what a step of {drafter_name} costs (k = {list(timed_ks(K))}, batch "
-        f"{bucket}) on this machine; cached in {path.parent}" + (f" ({old})" if old else ""))
-    data = (measure or measure_step_ratio)(lm, drafter, bucket)
+        f"{bucket}, {key['cache_len']}-position cache) on this machine; cached in "
+        f"{path.parent}" + (f" ({old})" if old else ""))
+    data = (measure or measure_step_ratio)(lm, drafter, bucket, cache_len=key["cache_len"])
     plain = float(data["plain_step_s"])
     ratios = ({int(k): float(r) for k, r in data["ratio"].items()} if "ratio" in data else
               {int(k): float(s) / plain for k, s in data["step_s"].items()})

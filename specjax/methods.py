@@ -172,7 +172,8 @@ def _fold_legacy_tree_keys(name: str, args: dict) -> dict:
     return out
 
 
-def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
+def _fill_measured_cost(args: dict, lm, max_k: int, batch: int,
+                        cache_len: int | None = None) -> None:
     """``args["cost"]``: the verify-cost curve of this machine and target unless the caller
     gave one (numbers or a file); a mode (auto / builtin / refresh) picks how it is got.
     Above batch 1 it is the loop's steps against a plain step (``in_loop``): there a
@@ -183,10 +184,11 @@ def _fill_measured_cost(args: dict, lm, max_k: int, batch: int) -> None:
     mode = args.get("cost")
     if mode is None or str(mode).strip().lower() in cost_curves.MODES:
         args["cost"] = cost_curves.measured_cost(lm, max_k, batch, mode=mode,
-                                                 in_loop=batch > 1)
+                                                 in_loop=batch > 1, cache_len=cache_len)
 
 
-def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int) -> bool:
+def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int,
+                    cache_len: int | None = None) -> bool:
     """``args["step_cost"]``: what a step that drafts k = 0..max_k tokens costs on this machine
     at this batch size, measured in the decode loop (:mod:`specjax.draft_costs`), unless the
     caller gave a cost model (``step_cost``; or numbers for ``draft_cost``, ``draft_overhead``
@@ -225,7 +227,8 @@ def _fill_step_cost(args: dict, lm, drafter, name: str, d_args: dict, batch: int
                 f"unset to price whole steps as timed in the decode loop (step_cost)",
                 draft_costs.DraftCostWarning, stacklevel=3)
         return False
-    steps = draft_costs.measured_step_costs(lm, drafter, name, d_args, batch=batch, mode=mode)
+    steps = draft_costs.measured_step_costs(lm, drafter, name, d_args, batch=batch,
+                                            cache_len=cache_len, mode=mode)
     if steps is None:
         return False
     args["step_cost"] = steps
@@ -306,7 +309,8 @@ def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: i
     return _make_drafter(name, lm, d_args, batch, measure=False)
 
 
-def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool):
+def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool,
+                  cache_len: int | None = None):
     """The drafter of ``d_args``; one that weighs verify costs itself gets this machine's
     curve (``measure``) or, unless given one, the built-in curve."""
     if "cost" in DRAFTERS.option_names(name):
@@ -314,11 +318,12 @@ def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool):
         if not measure and (mode is None or str(mode).strip().lower() in cost_curves.MODES):
             d_args["cost"] = "builtin"
         _fill_measured_cost(d_args, lm, int(d_args.get("k", DRAFTERS.make_config(name, {}).k)),
-                            batch)
+                            batch, cache_len)
     return DRAFTERS.build(name, d_args, lm)
 
 
-def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) -> Method:
+def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
+          cache_len: int | None = None) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
@@ -326,22 +331,26 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1) 
     (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
     (:mod:`specjax.cost_curves`). Above
     batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
-    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length."""
+    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length.
+
+    ``cache_len`` is the KV-cache length the generations will compile, where known: the step
+    costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long
+    (:func:`specjax.buckets.probe_cache_length`; None: 256 positions)."""
     name = base_method(name)
     if name == "ar":
         _check_ar(args)
         return Method(None, None, None)
     pol_name, ver_name, d_args, p_args, v_args = _split_args(name, args, batch)
-    drafter = _make_drafter(name, lm, d_args, batch, measure=True)
+    drafter = _make_drafter(name, lm, d_args, batch, measure=True, cache_len=cache_len)
     p_opts = POLICIES.option_names(pol_name)
     # the whole step's cost, measured in the decode loop of this machine (model-based drafters)
     priced = "step_cost" in p_opts and _fill_step_cost(p_args, lm, drafter, name, d_args,
-                                                       batch)
+                                                       batch, cache_len)
     tree = static_tree(drafter)
     if "cost" in p_opts and not priced:  # the verify curve of this machine and target
         # (a static tree's blocks hold all its nodes: the curve must reach that far)
         _fill_measured_cost(p_args, lm, drafter.max_k if tree is None else tree.num_nodes,
-                            batch)
+                            batch, cache_len)
     if "draft_cost" in p_opts and not priced:
         _fill_draft_cost(p_args)
     # a policy may fill options from the drafter it runs with (specdec++: the acceptance

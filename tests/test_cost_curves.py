@@ -183,7 +183,7 @@ def test_in_loop_curve_is_cached_apart(lm, tmp_path):
     lone, loop = FakeProbe(0.25), FakeProbe(0.5)
     seen = []
 
-    def loop_probe(lm, *, ks, batches, prefix, repeats):
+    def loop_probe(lm, *, ks, batches, prefix, repeats, cache_len):
         seen.append(repeats)
         return loop(lm, ks=ks, batches=batches, prefix=prefix, repeats=repeats)
 
@@ -199,6 +199,51 @@ def test_in_loop_curve_is_cached_apart(lm, tmp_path):
     assert cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=loop_probe,
                             in_loop=True) == b
     assert len(lone.calls) == 1 and len(loop.calls) == 1
+
+
+def test_in_loop_curve_is_timed_and_cached_per_cache_length(lm, tmp_path):
+    """The in-loop probe times the generation's cache length (bucketed: 896 -> 1,024) and
+    each length has its own file; the lone-forward curve has no cache length in its key."""
+    loop, seen = FakeProbe(0.5), []
+
+    def loop_probe(lm, *, ks, batches, prefix, repeats, cache_len):
+        seen.append(cache_len)
+        return loop(lm, ks=ks, batches=batches, prefix=prefix, repeats=repeats)
+
+    kw = dict(directory=tmp_path, measure=loop_probe, say=lambda s: None, in_loop=True)
+    cc.measured_cost(lm, 4, 4, **kw)
+    cc.measured_cost(lm, 4, 4, cache_len=896, **kw)
+    cc.measured_cost(lm, 4, 4, cache_len=1024, **kw)  # a hit
+    cc.measured_cost(lm, 4, 4, cache_len=300, **kw)  # a hit: 256
+    assert seen == [256, 1024]
+    assert sorted(json.loads(f.read_text())["key"]["cache_len"]
+                  for f in tmp_path.glob("*.json")) == [256, 1024]
+    # the lone-forward probe takes no cache length (FakeProbe would refuse one)
+    lone = FakeProbe(0.25)
+    cc.measured_cost(lm, 4, 4, directory=tmp_path, measure=lone, say=lambda s: None,
+                     cache_len=896)
+    assert len(lone.calls) == 1
+    assert sorted(str(json.loads(f.read_text())["key"].get("cache_len"))
+                  for f in tmp_path.glob("*.json")) == ["1024", "256", "None"]
+
+
+def test_methods_build_prices_at_the_cache_length_it_is_given(lm, tmp_path, monkeypatch):
+    """methods.build(cache_len=) reaches both probes: the step costs of a model-based drafter
+    and, above batch 1, the in-loop curve of a model-free one."""
+    from specjax import cost_curves, draft_costs
+
+    got = []
+    monkeypatch.setattr(cost_curves, "measured_cost",
+                        lambda lm, k, b, **kw: got.append(("curve", b, kw.get("cache_len")))
+                        or default_cost(lm))
+    def steps(lm, d, name, a, **kw):  # as the real one: nothing for a model-free drafter
+        got.append(("steps", kw["batch"], kw["cache_len"]))
+        return None if getattr(d, "model_free", False) else (1.0,) + (1.2,) * d.max_k
+
+    monkeypatch.setattr(draft_costs, "measured_step_costs", steps)
+    methods.build("prompt_lookup", lm, {"k": "4"}, batch=4, cache_len=896)
+    methods.build("early_exit", lm, {"k": "2", "exit_layer": "1"}, batch=4, cache_len=512)
+    assert ("curve", 4, 896) in got and ("steps", 4, 512) in got
 
 
 def test_methods_above_batch_1_price_by_loop_steps_against_plain(lm, tmp_path, monkeypatch):

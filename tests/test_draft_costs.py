@@ -46,8 +46,9 @@ class FakeSteps:
     def __init__(self, ratios):
         self.ratios, self.calls = dict(ratios), []
 
-    def __call__(self, lm, drafter, batch):
-        self.calls.append((drafter.max_k, batch))
+    def __call__(self, lm, drafter, batch, cache_len=256):
+        self.calls.append((drafter.max_k, batch) if cache_len == 256
+                          else (drafter.max_k, batch, cache_len))
         return {"plain_step_s": 0.1, "k": drafter.max_k, "batch": batch,
                 "step_s": {str(k): 0.1 * r for k, r in self.ratios.items()}}
 
@@ -94,6 +95,42 @@ def test_measures_caches_hits_and_refreshes(lm, tmp_path):
                                    **{**kw, "measure": FakeSteps({1: 1.5, 3: 3.0})})
     assert again == pytest.approx((1.0, 1.5, 3.0, 3.0))
     assert dc.measured_step_costs(lm, Drafter(3), "early_exit", {"k": "3"}, **kw) == again
+
+
+def test_step_costs_are_timed_and_cached_per_cache_length(lm, tmp_path):
+    # the nearest of 256, 512, 1024, ... in log scale; unknown: 256
+    assert dc.probe_cache_length(None) == 256 and dc.probe_cache_length(64) == 256
+    assert [dc.probe_cache_length(n) for n in (320, 384, 704, 896, 1024, 1600)] == \
+        [256, 512, 512, 1024, 1024, 2048]
+    with pytest.raises(PolicyError, match="cache length"):
+        dc.probe_cache_length(0)
+    steps = FakeSteps({1: 1.3, 3: 1.8})
+    kw = dict(directory=tmp_path, measure=steps, say=lambda s: None)
+    short = dc.measured_step_costs(lm, Drafter(3), "eagle", {}, batch=4, **kw)
+    long = dc.measured_step_costs(lm, Drafter(3), "eagle", {}, batch=4, cache_len=896,
+                                  **{**kw, "measure": steps})
+    assert short == long and steps.calls == [(3, 4), (3, 4, 1024)]
+    keys = sorted(json.loads(p.read_text())["key"]["cache_len"] for p in tmp_path.glob("*"))
+    assert keys == [256, 1024]
+    # the same bucket is a hit: 1,000 positions are priced by the 1,024-position probe
+    dc.measured_step_costs(lm, Drafter(3), "eagle", {}, batch=4, cache_len=1000, **kw)
+    dc.measured_step_costs(lm, Drafter(3), "eagle", {}, batch=4, **kw)
+    assert len(steps.calls) == 2
+
+
+def test_the_probe_times_the_cache_length_it_is_given(lm, monkeypatch):
+    import specjax.bench.curve as curve
+
+    seen = []
+
+    def fake(lm_, runs, prompt, batch, budgets, cache_len, repeats):
+        seen.append(cache_len)
+        return [[1.0] * repeats for _ in runs]
+
+    monkeypatch.setattr(curve, "interleaved_seconds_per_forward", fake)
+    got = dc.measure_step_ratio(lm, Drafter(1), 1, cache_len=1024, repeats=2)
+    dc.measure_step_ratio(lm, Drafter(1), 1, repeats=2)
+    assert seen == [1024, 256] and got["cache_len"] == 1024 and got["ratio"] == {"1": 1.0}
 
 
 def test_max_age_measures_old_step_costs_again(lm, tmp_path, monkeypatch):
@@ -168,7 +205,7 @@ def test_corrupt_foreign_or_bad_files_are_measured_again(lm, tmp_path):
 def test_paired_ratios_are_taken_over_the_medians(lm, tmp_path):
     """A probe that reports the median of paired per-round ratios (measure_step_ratio does)
     is priced by those, not by the ratio of the median times."""
-    def probe(lm, drafter, batch):
+    def probe(lm, drafter, batch, cache_len):
         return {"plain_step_s": 0.1, "step_s": {"1": 0.2, "3": 0.3},
                 "ratio": {"1": 1.1, "3": 1.25}}
 

@@ -217,8 +217,8 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
 
 
 def step_curve_vs_plain(lm, ks=(1, 2, 4, 8, 16, 17), batches=(4,), prefix: int = 128,
-                        repeats: int = 3, steps: int = 24, progress: Callable | None = None
-                        ) -> dict:
+                        repeats: int = 3, steps: int = 24, progress: Callable | None = None,
+                        cache_len: int = 256) -> dict:
     """Time of one step of the speculative loop whose verify block holds k tokens (k - 1
     junk drafts), relative to a step of plain decoding: the price of drafting ``k - 1``
     tokens against not drafting, for a drafter whose steps that draft nothing are idle steps
@@ -228,7 +228,9 @@ def step_curve_vs_plain(lm, ks=(1, 2, 4, 8, 16, 17), batches=(4,), prefix: int =
     one-token forward leaves out. Plain decoding and every k are timed in turn within each
     repeat (:func:`interleaved_seconds_per_forward`, two budgets ``steps`` apart, one cache
     size), each k's ratio taken within its repeat, the median over ``repeats``. Same JSON
-    layout as :func:`verify_curve`, plus ``in_loop: true`` and ``against: "plain"``."""
+    layout as :func:`verify_curve`, plus ``in_loop: true`` and ``against: "plain"``. The
+    KV cache holds ``cache_len`` positions (more if the decoded tokens need them): a plain
+    step reads all of it, so the ratios depend on it."""
     import numpy as np
 
     from specjax.buckets import cache_length
@@ -240,10 +242,10 @@ def step_curve_vs_plain(lm, ks=(1, 2, 4, 8, 16, 17), batches=(4,), prefix: int =
     vocab = lm.model.cfg.vocab_size
     prompt = [(7 * i + 11) % vocab for i in range(max(prefix, 1))]
     budgets = (K + 2, K + 2 + steps)  # junk drafts: one token a step, the same clipped tail
-    cache_len = cache_length(len(prompt), budgets[1] + 1)
+    cache_len = max(int(cache_len), cache_length(len(prompt), budgets[1] + 1))
     out = {"ks": ks, "batches": list(batches), "prefix": prefix, "seconds": {},
            "relative": {}, "in_loop": True, "against": "plain", "steps": steps,
-           "engine_k": K, "repeats": repeats}
+           "engine_k": K, "repeats": repeats, "cache_len": cache_len}
     runs = [(None, None)] + [(_JunkDrafter(max_k=K, n=k - 1), None) for k in ks[1:]]
     for B in batches:
         plain, *timed = interleaved_seconds_per_forward(lm, runs, prompt, B, budgets,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 import time
 from collections import defaultdict
 from typing import Any, Callable
@@ -93,13 +94,19 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                 f"--max-new-tokens {max_new_tokens} (e.g. prompt {over[0][0]!r}: {over[0][1]} "
                 f"tokens); it needs at least {longest + max_new_tokens}")
     built_at: dict[tuple[str, int], Any] = {}
+    # the cache length the step costs are timed with: the run's own, or its median prompt's
+    from specjax.buckets import cache_length
+
+    priced_cache = cache_len or int(statistics.median_low(
+        [cache_length(len(e), max_new_tokens) for e in encoded] or [0])) or None
 
     def built_for(m: str, B: int):
         """Method ``m`` built for batch size ``B`` (a cost-aware policy's curve is per batch
-        bucket; see specjax.cost_curves)."""
+        bucket; see specjax.cost_curves) and the run's cache length (its step costs)."""
         key = (m, batch_bucket(B))
         if key not in built_at:
-            built_at[key] = build(m, lm, method_args.get(m, {}), batch=B)
+            built_at[key] = build(m, lm, method_args.get(m, {}), batch=B,
+                                  cache_len=priced_cache)
         return built_at[key]
 
     if sweep_only:  # the sweep's batch sizes are the only ones built
