@@ -516,7 +516,7 @@ def main() -> None:
     byid = {str(it["id"]): it for it in load_prompts(a.prompts)}
     ids = a.ids.split(",")
     name, args = methods.parse_method_spec(a.method)
-    d, _, _ = methods.build(name, lm, args, batch=a.batch)
+    d, _, _ = methods.build(name, lm, args, batch=a.batch, cache_len=a.cache_len)
     if not hasattr(d, "names"):
         raise SystemExit(f"{a.method}: not an ngram drafter")
     K = d.max_k

@@ -46,7 +46,7 @@ def main() -> None:
     built = {"ar": (None, None, None)}
     for spec in a.methods:
         name, args = methods.parse_method_spec(spec)
-        built[spec] = methods.build(name, lm, args)
+        built[spec] = methods.build(name, lm, args, cache_len=a.cache_len)
     pre = {s: [] for s in built}
     whole = {s: [] for s in built}
     for rnd in range(a.rounds):

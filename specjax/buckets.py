@@ -64,11 +64,12 @@ def verify_block(k: int, K: int) -> int:
 
 def probe_cache_length(cache_len: int | None) -> int:
     """The KV-cache length a cost probe times steps with for a generation whose cache holds
-    ``cache_len`` positions: the nearest of 256, 512, 1,024, ... (in log scale; None: 256,
-    what the probe used before it knew the run's cache). A plain step reads the whole static
-    cache, so the price of drafting moves with it: at batch 4 on the project's CPU the
-    EAGLE-3 head's one-token step is 1.28 plain steps at 256 positions and 1.23 at 1,024,
-    at batch 1 Medusa-1's three-token step 1.25 at 256 and 1.34 at 2,048."""
+    ``cache_len`` positions: the nearest of 256, 512, 1,024, ... (in log scale; None: 256).
+    A probe whose prompt and decoded tokens need more positions times a longer cache. A plain
+    step reads the whole static cache, so the price of drafting moves with it: at batch 4 on
+    the project's CPU the EAGLE-3 head's one-token step is 1.28 plain steps at 256 positions
+    and 1.23 at 1,024, at batch 1 Medusa-1's three-token step 1.25 at 256 and 1.34 at
+    2,048."""
     if cache_len is None:
         return PROBE_CACHE
     n = int(cache_len)

@@ -244,6 +244,9 @@ def test_methods_build_prices_at_the_cache_length_it_is_given(lm, tmp_path, monk
     methods.build("prompt_lookup", lm, {"k": "4"}, batch=4, cache_len=896)
     methods.build("early_exit", lm, {"k": "2", "exit_layer": "1"}, batch=4, cache_len=512)
     assert ("curve", 4, 896) in got and ("steps", 4, 512) in got
+    got.clear()  # a drafter that weighs its blocks itself (ngram's cost=) gets it too
+    methods.build("ngram", lm, {"k": "4"}, batch=4, cache_len=2000)
+    assert got and all(c == 2000 for _, _, c in got)
 
 
 def test_methods_above_batch_1_price_by_loop_steps_against_plain(lm, tmp_path, monkeypatch):
