@@ -13,11 +13,9 @@ from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
-    args = {"eagle": {}, "eagle@k1": {"k": 1, "policy": "fixed"}}
-    return dataclasses.replace(
-        load_config(Path(__file__).with_name("ngram_b4.py")),
-        methods=("ar", *args),
-        method_args=args,
+    return dataclasses.replace(  # the methods of configs/policies_eagle_b4_cachelen.py
+        load_config(Path(__file__).with_name("policies_eagle_b4_cachelen.py")),
+        repeats=1,
         batch_sizes=(16,),
         sweep_only=True,
         journal="docs/results/policies_eagle_b16_cachelen.journal.jsonl",

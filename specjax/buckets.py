@@ -76,3 +76,11 @@ def probe_cache_length(cache_len: int | None) -> int:
     if n < 1:
         raise PolicyError(f"a cache length must be >= 1, got {cache_len!r}")
     return PROBE_CACHE << max(0, round(math.log2(n / PROBE_CACHE)))
+
+
+def median_cache_length(prompt_lens, max_new_tokens: int) -> int | None:
+    """The cache length of the median prompt (the lower median) with ``max_new_tokens`` new
+    tokens: what the cost probes time for a run whose prompts compile caches of their own
+    (None for no prompts)."""
+    lengths = sorted(cache_length(n, max_new_tokens) for n in prompt_lens)
+    return lengths[(len(lengths) - 1) // 2] if lengths else None

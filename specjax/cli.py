@@ -87,10 +87,9 @@ def cmd_generate(args) -> int:
     lm = _load(args)
     ids = _encode(lm, items, not args.no_chat_template)
     # the cache length the cost probes time: the one given, else the median prompt's
-    from specjax.buckets import cache_length
+    from specjax.buckets import median_cache_length
 
-    lengths = sorted(cache_length(len(p), args.max_new_tokens) for p in ids)
-    priced = args.cache_len or (lengths[(len(lengths) - 1) // 2] if lengths else None)
+    priced = args.cache_len or median_cache_length(map(len, ids), args.max_new_tokens)
     drafter, policy, verifier = methods.build(args.method, lm, method_args,
                                               batch=max(1, min(args.batch_size, len(ids))),
                                               cache_len=priced)

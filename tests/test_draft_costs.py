@@ -104,6 +104,11 @@ def test_step_costs_are_timed_and_cached_per_cache_length(lm, tmp_path):
         [256, 512, 512, 1024, 1024, 2048]
     with pytest.raises(PolicyError, match="cache length"):
         dc.probe_cache_length(0)
+    from specjax.buckets import median_cache_length
+
+    # the lower median prompt's cache: prompts of 10, 300, 900 tokens and 64 new ones
+    assert median_cache_length([900, 10, 300], 64) == 576 and median_cache_length([], 64) is None
+    assert median_cache_length([10, 900], 64) == 128
     steps = FakeSteps({1: 1.3, 3: 1.8})
     kw = dict(directory=tmp_path, measure=steps, say=lambda s: None)
     short = dc.measured_step_costs(lm, Drafter(3), "eagle", {}, batch=4, **kw)

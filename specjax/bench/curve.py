@@ -12,6 +12,7 @@ import dataclasses
 import time
 from typing import Callable
 
+from specjax.buckets import PROBE_CACHE
 from specjax.errors import BenchError
 
 
@@ -218,7 +219,7 @@ def verify_curve_in_loop(lm, ks=(1, 2, 4, 8, 16, 17), batches=(1,), prefix: int 
 
 def step_curve_vs_plain(lm, ks=(1, 2, 4, 8, 16, 17), batches=(4,), prefix: int = 128,
                         repeats: int = 3, steps: int = 24, progress: Callable | None = None,
-                        cache_len: int = 256) -> dict:
+                        cache_len: int = PROBE_CACHE) -> dict:
     """Time of one step of the speculative loop whose verify block holds k tokens (k - 1
     junk drafts), relative to a step of plain decoding: the price of drafting ``k - 1``
     tokens against not drafting, for a drafter whose steps that draft nothing are idle steps

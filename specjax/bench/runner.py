@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import statistics
 import time
 from collections import defaultdict
 from typing import Any, Callable
@@ -95,10 +94,9 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                 f"tokens); it needs at least {longest + max_new_tokens}")
     built_at: dict[tuple[str, int], Any] = {}
     # the cache length the step costs are timed with: the run's own, or its median prompt's
-    from specjax.buckets import cache_length
+    from specjax.buckets import median_cache_length
 
-    priced_cache = cache_len or int(statistics.median_low(
-        [cache_length(len(e), max_new_tokens) for e in encoded] or [0])) or None
+    priced_cache = cache_len or median_cache_length(map(len, encoded), max_new_tokens)
 
     def built_for(m: str, B: int):
         """Method ``m`` built for batch size ``B`` (a cost-aware policy's curve is per batch
