@@ -535,7 +535,8 @@ def main():
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
                         ("bench_policies_eagle_b16_cachelen", "The EAGLE-3 head at batch 16 "
                          "under `adaptive` priced at 1,024 positions against fixed k = 1, "
-                         "partial (2026-12-06, thirty-fifth session; resumable)"),
+                         "the 52 questions as four batches of 16 (2026-12-05 and 2026-12-06, "
+                         "thirty-fifth and thirty-sixth sessions)"),
                         ("bench_ngram_b4_cachelen", "`ngram` and prompt lookup at batch 4 "
                          "with the in-loop verify curve timed at the run's 1,024-position "
                          "cache, two repeats (2026-12-05, thirty-fifth session)"),
