@@ -521,6 +521,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_default_3", "Token Recycling "
+                         "under its default since the in-place verify forward, Spec-Bench, "
+                         "batch 1, partial: 101 of 130 questions (2026-12-06, thirty-sixth "
+                         "session; resumable)"),
                         ("bench_spec_bench_token_recycling_default_2", "Token Recycling "
                          "under its default since 2026-12-05's thirty-first session "
                          "(adaptive, prompt=text) on Spec-Bench, 130 questions, batch 1 "
@@ -533,6 +537,10 @@ def main():
                          "under its default since 2026-12-05 (adaptive, each depth of its "
                          "tree priced by its nodes) on Spec-Bench, 130 questions, batch 1 "
                          "(issue 23's robustness bar, issue 24's per-category figure)"),
+                        ("bench_policies_heads_b4_cachelen", "Medusa-1 and Hydra++ at batch "
+                         "4 under their default (`adaptive`, step costs timed at the run's "
+                         "1,024-position cache), two repeats (2026-12-06, thirty-sixth "
+                         "session)"),
                         ("bench_policies_eagle_b16_cachelen", "The EAGLE-3 head at batch 16 "
                          "under `adaptive` priced at 1,024 positions against fixed k = 1, "
                          "the 52 questions as four batches of 16 (2026-12-05 and 2026-12-06, "
