@@ -523,8 +523,7 @@ def main():
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
                         ("bench_spec_bench_token_recycling_default_3", "Token Recycling "
                          "under its default since the in-place verify forward, Spec-Bench, "
-                         "batch 1, partial: 101 of 130 questions (2026-12-06, thirty-sixth "
-                         "session; resumable)"),
+                         "batch 1, 130 questions (2026-12-06, thirty-sixth session)"),
                         ("bench_spec_bench_token_recycling_default_2", "Token Recycling "
                          "under its default since 2026-12-05's thirty-first session "
                          "(adaptive, prompt=text) on Spec-Bench, 130 questions, batch 1 "
