@@ -5,6 +5,7 @@ block buckets, the cost probes' cache lengths. Shared by the engine and by cost-
 from __future__ import annotations
 
 import math
+import statistics
 
 from specjax.errors import PolicyError
 
@@ -82,5 +83,5 @@ def median_cache_length(prompt_lens, max_new_tokens: int) -> int | None:
     """The cache length of the median prompt (the lower median) with ``max_new_tokens`` new
     tokens: what the cost probes time for a run whose prompts compile caches of their own
     (None for no prompts)."""
-    lengths = sorted(cache_length(n, max_new_tokens) for n in prompt_lens)
-    return lengths[(len(lengths) - 1) // 2] if lengths else None
+    lengths = [cache_length(n, max_new_tokens) for n in prompt_lens]
+    return statistics.median_low(lengths) if lengths else None
