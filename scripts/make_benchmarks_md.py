@@ -66,11 +66,17 @@ def decode_section(d: dict) -> list[str]:
     return out
 
 
+def interval(ci) -> str:
+    """A speedup interval ``[lo, hi]`` as ``lo-hi``, or ``-``."""
+    return f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
+
+
 def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     prog = d.get("progress")
     if prog and not prog.get("complete", True):
         title += f" (partial: {prog['groups_done']} of {prog['groups_total']} prompt batches)"
     decode = any(r.get("decode_speedup_vs_ar") for r in d["rows"])  # runs since 2026-11-24
+    ci = any(r.get("speedup_ci") for r in d["rows"])  # runs since 2026-12-06
     out = [
         f"## {title}",
         "",
@@ -85,6 +91,10 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         ("; decode speedup: the same for the decode phase alone, i.e. the tokens after each "
          "prompt's first over the time after its prefill)" if decode else ")"),
     ]
+    if ci:
+        out.append("- speedup 95%: the percentile interval of the speedup when the "
+                   "category's prompt batches are drawn again with replacement, each with its "
+                   "`ar` runs (paired bootstrap, repeats pooled; `specjax.bench.intervals`)")
     if prog and not prog.get("complete", True):
         out.append(f"- **partial run**: {prog['groups_done']} of {prog['groups_total']} prompt "
                    "batches so far (taken round robin over categories; the run continues from "
@@ -99,9 +109,9 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
             "",
             "| category | method | tok/s | min-max | speedup |" + (" decode speedup |" if decode
                                                                   else "") +
-            " tau | acceptance by position | same as ar |",
+            (" speedup 95% |" if ci else "") + " tau | acceptance by position | same as ar |",
             "| --- | --- | ---: | ---: | ---: |" + (" ---: |" if decode else "") +
-            " ---: | --- | :---: |",
+            (" ---: |" if ci else "") + " ---: | --- | :---: |",
         ]
     for r in d["rows"]:
         acc = r.get("acceptance_by_position")
@@ -112,6 +122,7 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
             f"{r['tokens_per_s_min']:.1f}-{r['tokens_per_s_max']:.1f} | "
             f"{fmt(r.get('speedup_vs_ar'), '.2f')}x |" +
             ((f" {dec:.2f}x |" if dec else " - |") if decode else "") +
+            (f" {interval(r.get('speedup_ci'))} |" if ci else "") +
             f" {fmt(r.get('tau'), '.2f')} | {acc_s} | {fmt(r.get('identical_to_ar'))} |")
     sweep = d.get("by_batch_size")
     if sweep:
@@ -521,6 +532,18 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_token_recycling_loop_priced_b1_1024", "Token Recycling "
+                         "at batch 1 priced by the forward-only verify curve (its default) or "
+                         "by whole loop steps at 1,024 positions, summarization and rag, 20 "
+                         "questions (2026-12-06, thirty-seventh session)"),
+                        ("bench_token_recycling_loop_priced_b1_short", "Token Recycling "
+                         "at batch 1 priced by the forward-only verify curve (its default) or "
+                         "by whole loop steps at 256 positions, translation, coding and "
+                         "math_reasoning, 30 questions (2026-12-06, thirty-seventh session)"),
+                        ("bench_token_recycling_loop_priced_b1", "Token Recycling at batch 1 "
+                         "priced by the forward-only verify curve (its default) or by whole "
+                         "loop steps at 2,048 positions, summarization and rag, 20 questions "
+                         "(2026-12-06, thirty-seventh session)"),
                         ("bench_spec_bench_token_recycling_default_3", "Token Recycling "
                          "under its default since the in-place verify forward, Spec-Bench, "
                          "batch 1, 130 questions (2026-12-06, thirty-sixth session)"),

@@ -1,11 +1,13 @@
-"""Summaries of timed runs: tokens/s per repeat, speedups over ``ar``, tau, acceptance by
-position, identical-output flags; and the text table ``specjax bench`` prints."""
+"""Summaries of timed runs: tokens/s per repeat, speedups over ``ar`` with their intervals
+over the prompts (:mod:`specjax.bench.intervals`), tau, acceptance by position,
+identical-output flags; and the text table ``specjax bench`` prints."""
 
 from __future__ import annotations
 
 import statistics
 from typing import TYPE_CHECKING
 
+from specjax.bench.intervals import speedup_interval
 from specjax.methods import describe
 
 if TYPE_CHECKING:  # the runner imports this module
@@ -47,6 +49,16 @@ def decode_rates(runs: list[Run], reps) -> list[float] | None:
                             lambda r: r.wall_s - r.prefill_s)
 
 
+def ar_ci(method_runs: list[Run], cat_runs: list[Run], m: str, *, decode: bool = False):
+    """``[lo, hi]``: the 95% interval of method ``m``'s speedup over ``ar`` in these runs
+    (None for ``ar`` itself, or too few prompt batches)."""
+    if m == "ar":
+        return None
+    ci = speedup_interval(method_runs, [r for r in cat_runs if r.method == "ar"],
+                          decode=decode)
+    return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
+
+
 def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bool) -> dict:
     ref_tokens = {}
     for r in runs:
@@ -79,6 +91,9 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
                 "speedup_vs_ar": med / ar_med if ar_med else None,
                 "decode_speedup_vs_ar": (statistics.median(dps[m]) / ar_dec
                                          if ar_dec and dps.get(m) else None),
+                # the 95% interval over the category's prompt batches (paired bootstrap)
+                "speedup_ci": ar_ci(mr, cat_runs, m),
+                "decode_speedup_ci": ar_ci(mr, cat_runs, m, decode=True),
                 "tau": (sum(r.new_tokens for r in mr) / fw) if fw else None,
                 "new_tokens": sum(r.new_tokens for r in mr) // max(len({r.repeat for r in mr}),
                                                                      1),
@@ -120,15 +135,17 @@ def _same(row: dict) -> str:
 
 def format_table(summary: dict) -> str:
     lines = [f"{'category':16s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} {'speedup':>8s} "
-             f"{'decode':>7s} {'tau':>6s} {'same':>5s}"]
+             f"{'decode':>7s} {'tau':>6s} {'same':>5s} {'speedup 95%':>12s}"]
     for r in summary["rows"]:
         same = _same(r)
+        ci = r.get("speedup_ci")
+        ci_s = f"{ci[0]:.2f}-{ci[1]:.2f}" if ci else "-"
         tau = f"{r['tau']:.2f}" if r.get("tau") else "-"
         sp = f"{r['speedup_vs_ar']:.2f}x" if r.get("speedup_vs_ar") else "-"
         dsp = f"{r['decode_speedup_vs_ar']:.2f}x" if r.get("decode_speedup_vs_ar") else "-"
         lines.append(f"{r['category']:16s} {r['method']:18s} {r['tokens_per_s']:8.1f} "
                      f"{r['tokens_per_s_min']:6.1f}-{r['tokens_per_s_max']:<6.1f} {sp:>8s} "
-                     f"{dsp:>7s} {tau:>6s} {same:>5s}")
+                     f"{dsp:>7s} {tau:>6s} {same:>5s} {ci_s:>12s}")
     if summary.get("by_batch_size"):
         lines += ["", f"{'batch':>5s} {'method':18s} {'tok/s':>8s} {'min-max':>13s} "
                       f"{'speedup':>8s} {'tau':>6s} {'same':>5s}"]

@@ -1,0 +1,99 @@
+"""The speedup of every method over plain decoding in a `specjax bench` journal, per category,
+with its 95% interval over the prompts (a paired bootstrap: specjax.bench.intervals), in
+total and decode time. For runs journaled before the bench printed the intervals itself, and
+to ask of any run whether a category's figure is told apart from plain decoding, or from a
+bar such as issue 23's 0.97x.
+
+    python scripts/speedup_intervals.py docs/results/policies_heads_b4_cachelen.journal.jsonl
+    python scripts/speedup_intervals.py JOURNAL --bar 0.97 --json out.json
+
+The point figure here is the ratio of total tokens per total second with repeats pooled; the
+bench's own table takes the median over repeats, so the two can differ in the last digit for
+runs with repeats. Reads the journal alone: no model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+from specjax.bench.intervals import speedup_interval
+from specjax.bench.journal import read_journal
+from specjax.bench.runner import Run
+
+
+def point(method_runs, ar_runs, decode: bool) -> float | None:
+    def rate(runs):
+        if decode:
+            if any(r.prefill_s is None for r in runs):
+                return None
+            return (sum(r.new_tokens - len(r.prompt_ids) for r in runs) /
+                    sum(r.wall_s - r.prefill_s for r in runs))
+        return sum(r.new_tokens for r in runs) / sum(r.wall_s for r in runs)
+
+    shared = {tuple(r.prompt_ids) for r in method_runs} & {tuple(r.prompt_ids) for r in ar_runs}
+    m = [r for r in method_runs if tuple(r.prompt_ids) in shared]
+    a = [r for r in ar_runs if tuple(r.prompt_ids) in shared]
+    if not m or not a:
+        return None
+    rm, ra = rate(m), rate(a)
+    return None if rm is None or ra is None else rm / ra
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("journal", help="a specjax bench journal (.journal.jsonl)")
+    ap.add_argument("--bar", type=float, default=None,
+                    help="mark the categories whose whole interval lies below this speedup")
+    ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    ap.add_argument("--sweep", action="store_true", help="the batch-size sweep's runs instead")
+    args = ap.parse_args(argv)
+    header, groups = read_journal(args.journal)
+    runs = [Run(**rd) for g in groups if bool(g.get("sweep")) == args.sweep for rd in g["runs"]]
+    if not runs:
+        print(f"{args.journal}: no finished runs", file=sys.stderr)
+        return 1
+    by = defaultdict(list)
+    for r in runs:
+        by[r.category, r.method].append(r)
+        by["ALL", r.method].append(r)
+    cats = list(dict.fromkeys(r.category for r in runs)) + ["ALL"]
+    methods = [m for m in dict.fromkeys(r.method for r in runs) if m != "ar"]
+    rows = []
+    print(f"{'category':16s} {'method':24s} {'prompts':>7s} {'speedup':>8s} {'95%':>11s} "
+          f"{'decode':>7s} {'95%':>11s}")
+    for cat in cats:
+        ar = by.get((cat, "ar"), [])
+        for m in methods:
+            mr = by.get((cat, m), [])
+            if not mr or not ar:
+                continue
+            row = {"category": cat, "method": m,
+                   "prompt_batches": len({tuple(r.prompt_ids) for r in mr}),
+                   "speedup": point(mr, ar, False), "speedup_ci": speedup_interval(mr, ar),
+                   "decode": point(mr, ar, True),
+                   "decode_ci": speedup_interval(mr, ar, decode=True)}
+            rows.append(row)
+
+            def f(x):
+                return f"{x:.3f}x" if x is not None else "-"
+
+            def g(ci):
+                return f"{ci[0]:.3f}-{ci[1]:.3f}" if ci else "-"
+
+            below = (args.bar is not None and row["speedup_ci"] is not None
+                     and row["speedup_ci"][1] < args.bar)
+            print(f"{cat:16s} {m:24s} {row['prompt_batches']:7d} {f(row['speedup']):>8s} "
+                  f"{g(row['speedup_ci']):>11s} {f(row['decode']):>7s} "
+                  f"{g(row['decode_ci']):>11s}" + (f"  below {args.bar}" if below else ""))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"journal": args.journal, "model": header.get("model"),
+                       "batch_size": header.get("batch_size"), "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
