@@ -19,27 +19,9 @@ import json
 import sys
 from collections import defaultdict
 
-from specjax.bench.intervals import speedup_interval
+from specjax.bench.intervals import speedup_interval, speedup_point
 from specjax.bench.journal import read_journal
 from specjax.bench.runner import Run
-
-
-def point(method_runs, ar_runs, decode: bool) -> float | None:
-    def rate(runs):
-        if decode:
-            if any(r.prefill_s is None for r in runs):
-                return None
-            return (sum(r.new_tokens - len(r.prompt_ids) for r in runs) /
-                    sum(r.wall_s - r.prefill_s for r in runs))
-        return sum(r.new_tokens for r in runs) / sum(r.wall_s for r in runs)
-
-    shared = {tuple(r.prompt_ids) for r in method_runs} & {tuple(r.prompt_ids) for r in ar_runs}
-    m = [r for r in method_runs if tuple(r.prompt_ids) in shared]
-    a = [r for r in ar_runs if tuple(r.prompt_ids) in shared]
-    if not m or not a:
-        return None
-    rm, ra = rate(m), rate(a)
-    return None if rm is None or ra is None else rm / ra
 
 
 def main(argv=None) -> int:
@@ -72,8 +54,8 @@ def main(argv=None) -> int:
                 continue
             row = {"category": cat, "method": m,
                    "prompt_batches": len({tuple(r.prompt_ids) for r in mr}),
-                   "speedup": point(mr, ar, False), "speedup_ci": speedup_interval(mr, ar),
-                   "decode": point(mr, ar, True),
+                   "speedup": speedup_point(mr, ar), "speedup_ci": speedup_interval(mr, ar),
+                   "decode": speedup_point(mr, ar, decode=True),
                    "decode_ci": speedup_interval(mr, ar, decode=True)}
             rows.append(row)
 

@@ -4,7 +4,7 @@ prompt batches, checked on hand-made runs whose answer is known."""
 import numpy as np
 import pytest
 
-from specjax.bench.intervals import speedup_interval
+from specjax.bench.intervals import speedup_interval, speedup_point
 from specjax.bench.report import format_table, summarize
 from specjax.bench.runner import Run
 
@@ -42,6 +42,7 @@ def test_interval_holds_the_point_estimate_and_narrows_with_more_prompts():
 
     m, ar = make(10)
     lo, hi = speedup_interval(m, ar)
+    assert speedup_point(m, ar) == pytest.approx(point(m, ar))
     assert lo < point(m, ar) < hi
     assert speedup_interval(m, ar, seed=3) == speedup_interval(m, ar, seed=3)  # seeded
     m2, ar2 = make(200)
@@ -66,6 +67,8 @@ def test_too_few_prompt_batches_or_no_prefill_time_give_none():
     m = [run("m", str(i), 5.0, prefill=1.0) for i in range(3)] + [run("m", "3", 5.0)]
     assert speedup_interval(m, ar) is not None
     assert speedup_interval(m, ar, decode=True) is None  # a run without its prefill time
+    assert speedup_point(m, ar, decode=True) is None
+    assert speedup_point(m, [run("ar", "elsewhere", 1.0)]) is None  # no prompt in common
 
 
 def test_decode_interval_uses_the_time_after_the_prefill():

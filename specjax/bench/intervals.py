@@ -36,6 +36,40 @@ def _totals(runs: list["Run"], tokens: Callable, seconds: Callable) -> dict:
     return out
 
 
+def _series(decode: bool):
+    """``(tokens, seconds)`` of a run, in total or decode time."""
+    if decode:
+        return (lambda r: r.new_tokens - len(r.prompt_ids)), (lambda r: r.wall_s - r.prefill_s)
+    return (lambda r: r.new_tokens), (lambda r: r.wall_s)
+
+
+def _table(method_runs, ar_runs, decode: bool) -> np.ndarray | None:
+    """``[units, 4]``: method tokens, method seconds, ar tokens, ar seconds per prompt batch
+    both ran (repeats pooled); None when a decode table lacks prefill times."""
+    if decode and any(r.prefill_s is None for r in [*method_runs, *ar_runs]):
+        return None
+    tokens, seconds = _series(decode)
+    m, a = _totals(method_runs, tokens, seconds), _totals(ar_runs, tokens, seconds)
+    units = sorted(set(m) & set(a))
+    return np.array([[m[u][0], m[u][1], a[u][0], a[u][1]] for u in units],
+                    dtype=np.float64).reshape(len(units), 4)
+
+
+def _ratio(s: np.ndarray) -> np.ndarray:
+    """Method tokens/s over ar tokens/s from summed ``[..., 4]`` columns."""
+    return (s[..., 0] / np.maximum(s[..., 1], 1e-12)) / np.maximum(
+        s[..., 2] / np.maximum(s[..., 3], 1e-12), 1e-12)
+
+
+def speedup_point(method_runs: list["Run"], ar_runs: list["Run"], *,
+                  decode: bool = False) -> float | None:
+    """The speedup the interval is drawn around: total tokens per total second over plain
+    decoding's, on the prompt batches both ran, repeats pooled (None: none shared, or, for
+    ``decode``, a run without prefill time)."""
+    x = _table(method_runs, ar_runs, decode)
+    return None if x is None or not len(x) else float(_ratio(x.sum(axis=0)))
+
+
 def speedup_interval(method_runs: list["Run"], ar_runs: list["Run"], *, decode: bool = False,
                      resamples: int = RESAMPLES, level: float = LEVEL,
                      seed: int = 0) -> tuple[float, float] | None:
@@ -49,22 +83,9 @@ def speedup_interval(method_runs: list["Run"], ar_runs: list["Run"], *, decode: 
         raise ValueError(f"an interval's level must be in (0, 1), got {level!r}")
     if resamples < 1:
         raise ValueError(f"resamples must be >= 1, got {resamples!r}")
-    if decode:
-        if any(r.prefill_s is None for r in [*method_runs, *ar_runs]):
-            return None
-        tokens = lambda r: r.new_tokens - len(r.prompt_ids)  # noqa: E731
-        seconds = lambda r: r.wall_s - r.prefill_s  # noqa: E731
-    else:
-        tokens = lambda r: r.new_tokens  # noqa: E731
-        seconds = lambda r: r.wall_s  # noqa: E731
-    m, a = _totals(method_runs, tokens, seconds), _totals(ar_runs, tokens, seconds)
-    units = sorted(set(m) & set(a))
-    if len(units) < MIN_UNITS:
+    x = _table(method_runs, ar_runs, decode)
+    if x is None or len(x) < MIN_UNITS:
         return None
-    x = np.array([[m[u][0], m[u][1], a[u][0], a[u][1]] for u in units], dtype=np.float64)
-    draw = np.random.default_rng(seed).integers(0, len(units), (resamples, len(units)))
-    s = x[draw].sum(axis=1)  # [resamples, 4]
-    ratio = (s[:, 0] / np.maximum(s[:, 1], 1e-12)) / np.maximum(
-        s[:, 2] / np.maximum(s[:, 3], 1e-12), 1e-12)
-    lo, hi = np.quantile(ratio, [(1 - level) / 2, (1 + level) / 2])
+    draw = np.random.default_rng(seed).integers(0, len(x), (resamples, len(x)))
+    lo, hi = np.quantile(_ratio(x[draw].sum(axis=1)), [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
