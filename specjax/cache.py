@@ -5,7 +5,8 @@ static maximum length: heads before positions, so that the attention's score pro
 head's keys as they lie (with positions before heads XLA:CPU copied every layer's keys in
 every forward; the exact value product still reads a transposed copy of the values, see
 ``specjax.models.numerics.value_product``). A block of new entries (what a forward computes,
-writes and returns) stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of committed entries of row ``b``;
+writes and returns) stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of committed
+entries of row ``b``;
 entries at ``lengths[b]`` and beyond are scratch: a forward writes its new tokens there, and
 the caller decides how many of them to commit (plain decoding commits all, speculative
 decoding commits the accepted prefix/path). Rejected entries are never deleted: they sit

@@ -46,8 +46,8 @@ def test_cli_errors_are_clear(capsys, tmp_path):
 @pytest.mark.real_model
 def test_cli_generate_and_info(tmp_path, capsys, tiny_gguf):
     """`generate` on a tiny GGUF checkpoint with a tokenizer (suite time: the real model's
-    end-to-end CLI run is under -m long, test_cli_speculative_method_matches_ar), `info` on the default
-    model."""
+    end-to-end CLI run is under -m long, test_cli_speculative_method_matches_ar), `info` on the
+    default model."""
     pf = tmp_path / "p.jsonl"
     pf.write_text('{"id": "q1", "prompt": "What is 2+2?"}\n'
                   '{"question_id": 5, "turns": ["Name a color."]}\n')

@@ -367,7 +367,8 @@ def test_interrupted_build_resumes_to_the_same_corpus(tmp_path, full_build, tiny
     # and the same command then continues it to the same corpus
     m4 = build_corpus(_config(tmp_path / "pool_only", topic_eval[0], tiny_gguf), tiny_lm,
                       progress=False, max_shards=0, log=_quiet)
-    assert m4["shards"] == [] and not m4["complete"] and (tmp_path / "pool_only/pool.jsonl").exists()
+    assert m4["shards"] == [] and not m4["complete"]
+    assert (tmp_path / "pool_only/pool.jsonl").exists()
     m5 = build_corpus(_config(tmp_path / "pool_only", topic_eval[0], tiny_gguf), tiny_lm,
                       progress=False, log=_quiet)
     assert _same_run(m5) == _same_run(ref)

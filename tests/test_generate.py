@@ -160,7 +160,8 @@ def test_invalid_sampling_parameters(kwargs, match):
 def test_bad_inputs(model):
     with pytest.raises(GenerationError, match="prompt 1 is empty"):
         generate(model, [[1, 2], []], max_new_tokens=4)
-    with pytest.raises(GenerationError, match=r"prompt 0 has 40 tokens, longer than the cache \(32\)"):
+    with pytest.raises(GenerationError,
+                       match=r"prompt 0 has 40 tokens, longer than the cache \(32\)"):
         generate(model, [list(range(40))], max_new_tokens=4, cache_len=32)
     with pytest.raises(GenerationError, match="outside the vocabulary"):
         generate(model, [[1, 2, 500]], max_new_tokens=4)
@@ -233,7 +234,8 @@ def test_compiled_program_cache_is_bounded(monkeypatch):
         first[x.shape], dt = c.get(fn, None, (x,), {})
     assert len(compiles) == 4 and c.evicted == 0
     assert c.get(fn, None, (shapes[0],), {}) == (first[(1,)], 0.0)  # a hit: now most recent
-    c.get(fn, None, (shapes[4],), {})  # full: the older half of 4 goes (3/4 kept, less room for the new one)
+    # full: the older half of 4 goes (3/4 kept, less room for the new one)
+    c.get(fn, None, (shapes[4],), {})
     assert c.evicted == 2 and len(c._cache) == 3
     assert c.get(fn, None, (shapes[0],), {})[0] is first[(1,)]  # kept: it was used
     n = len(compiles)

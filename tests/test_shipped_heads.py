@@ -1,6 +1,7 @@
 """Heads installed with the package: the default head of a drafter is the shipped one whose
 target matches (shapes and tokenizer), head=random opts out, other targets get untrained
-heads; the shipped files stay under 60 MB together (issue 21), each ships for SmolLM2, and each decodes
+heads; the shipped files stay under 60 MB together (issue 21), each ships for SmolLM2, and each
+decodes
 exactly on the real model (EAGLE-3 in the default run, Medusa-1 and Hydra++ under `long`: their
 chains are checked against plain decoding on tiny models in test_medusa.py and test_hydra.py)."""
 

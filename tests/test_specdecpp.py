@@ -320,3 +320,15 @@ def test_pool_prompts_go_past_a_finished_corpus(tmp_path):
     (data / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match="overlap check"):
         pool_prompts(data, tok, 5)
+
+
+@pytest.mark.parametrize("conf", [{"format": "specjax-eagle-1"}, ["not", "a", "dict"]])
+def test_a_file_of_another_format_is_named_in_the_error(tmp_path, conf):
+    from specjax.errors import CheckpointError
+
+    (tmp_path / "config.json").write_text(json.dumps(conf))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    got = repr(conf["format"]) if isinstance(conf, dict) else "None"
+    with pytest.raises(CheckpointError, match=rf"config.json: format {got} is not "
+                       rf"'{acceptance.FORMAT}': not an acceptance head"):
+        acceptance.load(tmp_path)

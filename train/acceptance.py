@@ -477,6 +477,7 @@ def main(args) -> int:
                     meta={"summary": summary, "labels": "greedy verification"})
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     a = summary["after"]
-    say(f"acceptance head: {summary['samples']} samples, val loss {summary['before']['val_loss']:.3f}"
-        f" -> {a['val_loss']:.3f}, val accuracy {a['val_acc']:.3f}; written to {out / 'head'}")
+    say(f"acceptance head: {summary['samples']} samples, val loss "
+        f"{summary['before']['val_loss']:.3f} -> {a['val_loss']:.3f}, val accuracy "
+        f"{a['val_acc']:.3f}; written to {out / 'head'}")
     return 0

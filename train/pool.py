@@ -1323,7 +1323,8 @@ def pool_stats(items: Iterable[PoolItem]) -> dict:
 
 
 __all__ = [
-    "CONTAINMENT", "JACCARD", "MIN_CONTAINED_WORDS", "REASONS", "SOURCES", "SOURCE_WEIGHTS", "ALL_SOURCES", "OPT_IN_SOURCES",
+    "CONTAINMENT", "JACCARD", "MIN_CONTAINED_WORDS", "REASONS", "SOURCES", "SOURCE_WEIGHTS",
+    "ALL_SOURCES", "OPT_IN_SOURCES",
     "TOPICS", "EvalPrompt", "Overlap", "OverlapIndex", "PoolItem", "build_pool", "char_shingles",
     "code_prompt", "eval_fingerprint", "filter_overlaps", "load_eval_prompts", "normalize",
     "pool_stats", "prose_prompt", "strip_troff", "word_shingles",

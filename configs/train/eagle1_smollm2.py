@@ -9,7 +9,8 @@ feature well predicts the target's token. The recipe of the first CPU EAGLE-3 ru
 (configs/train/eagle3_smollm2.py: 3 training-time-test steps, draft vocabulary 8,192,
 prompt positions at half weight, AdamW (0.9, 0.95), clip 0.5, batch 8 x 512, 180 steps) on
 the whole 8,192-prompt corpus, so the two variants are compared at the same CPU cost
-(18.5 s a step with evaluations, 55.6 minutes on 2026-12-02). It was trained on a CPU because no GPU was lent in the
+(18.5 s a step with evaluations, 55.6 minutes on 2026-12-02). It was trained on a CPU because
+no GPU was lent in the
 sessions after the EAGLE-3 GPU runs; a GPU session can go on from its head with
 `--init-from runs/eagle1_smollm2/head` and a config of its own (see eagle3_smollm2_gpu.py)."""
 

@@ -1,7 +1,8 @@
 """EAGLE-3 head for SmolLM2-135M-Instruct on a GPU (a lent H100/H200): the recipe of
 configs/train/eagle3_smollm2.py (3 TTT steps, draft vocabulary 8192, prompt positions at half
 weight) at batch 32 x 640 instead of 8 x 512 (640 tokens hold every record of the corpus
-whole), starting from the shipped head, on the corpus grown to its 8,192 prompts. Size the run to the time you have with `--set total_steps=N` (a
+whole), starting from the shipped head, on the corpus grown to its 8,192 prompts. Size the run
+to the time you have with `--set total_steps=N` (a
 step's time: scripts/measure_train_step.py --batch 32) and bound it with `--time-limit`:
 
     specjax train eagle3 --config configs/train/eagle3_smollm2_gpu.py --set total_steps=1500 \\

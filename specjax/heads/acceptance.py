@@ -224,8 +224,9 @@ def _load_cached(path: str, mtime: float) -> AcceptanceHead:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{conf_f}: cannot read ({e})") from None
     if not isinstance(conf, dict) or conf.get("format") != FORMAT:
-        raise CheckpointError(f"{conf_f}: format {conf.get('format') if isinstance(conf, dict) else None!r} "
-                              f"is not {FORMAT!r}: not an acceptance head")
+        got = conf.get("format") if isinstance(conf, dict) else None
+        raise CheckpointError(f"{conf_f}: format {got!r} is not {FORMAT!r}: not an acceptance "
+                              "head")
     try:
         cfg = AcceptanceHeadConfig(**conf["head"])
     except (KeyError, TypeError) as e:

@@ -215,7 +215,7 @@ _PROBES = {"linear": _probe_linear, "plain": _probe_linear, "attention": _probe_
 # the kinds whose one-row product is a matrix-vector kernel (never in the class)
 _ROW_PRODUCTS = ("linear", "plain")
 
-# ----------------------------------------------------------------------------- probe answers on disk
+# ------------------------------------------------------------------------- probe answers on disk
 # A probe compiles a program per row count and shape: ~100 s for a model's first exact forwards
 # on a 2-core CPU, minutes on a GPU. The answers are a property of the machine and the software,
 # so they are kept per (device, jax, jaxlib, XLA_FLAGS) under the specjax cache directory and
@@ -320,7 +320,8 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     in ``chunks`` blocks, ``shape = (out, in, chunks)``. ``"plain"``: ``product``
     (:func:`specjax.models.llama.plain_matmul`, XLA's own product, the prefill's) of ``m`` rows
     against an ``(out, in)`` weight, ``shape = (out, in)``. ``"attention"``: the score and
-    value products of ``m`` tokens, ``shape = (query heads per key/value head, head dim, cache length)``; the
+    value products of ``m`` tokens, ``shape = (query heads per key/value head, head dim, cache
+    length)``; the
     reference is a two-token product (one token counts when it has several query heads per
     key/value head: that many rows)."""
     del backend  # part of the cache key: the probe runs on the default backend
