@@ -532,6 +532,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_token_recycling_tree3221_b1_fwd", "Token Recycling at "
+                         "batch 1 with the tree levels:3.2.2.1 under its default's "
+                         "forward-only prices, summarization and rag, 20 questions "
+                         "(2026-12-06, thirty-seventh session)"),
                         ("bench_token_recycling_tree3221_b1_1024", "Token Recycling at "
                          "batch 1 with a tree whose first level fits the 4-token verify "
                          "bucket (levels:3.2.2.1) priced by whole loop steps at 1,024 "
