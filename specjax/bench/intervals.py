@@ -36,8 +36,9 @@ def _totals(runs: list["Run"], tokens: Callable, seconds: Callable) -> dict:
     return out
 
 
-def _series(decode: bool):
-    """``(tokens, seconds)`` of a run, in total or decode time."""
+def run_series(decode: bool):
+    """``(tokens, seconds)``: functions of a run giving its tokens and seconds in total time,
+    or in decode time (the tokens after each row's first, the time after the prefill)."""
     if decode:
         return (lambda r: r.new_tokens - len(r.prompt_ids)), (lambda r: r.wall_s - r.prefill_s)
     return (lambda r: r.new_tokens), (lambda r: r.wall_s)
@@ -48,7 +49,7 @@ def _table(method_runs, ar_runs, decode: bool) -> np.ndarray | None:
     both ran (repeats pooled); None when a decode table lacks prefill times."""
     if decode and any(r.prefill_s is None for r in [*method_runs, *ar_runs]):
         return None
-    tokens, seconds = _series(decode)
+    tokens, seconds = run_series(decode)
     m, a = _totals(method_runs, tokens, seconds), _totals(ar_runs, tokens, seconds)
     units = sorted(set(m) & set(a))
     return np.array([[m[u][0], m[u][1], a[u][0], a[u][1]] for u in units],

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from specjax.bench.intervals import speedup_interval
+from specjax.bench.intervals import run_series, speedup_interval
 from specjax.methods import describe
 
 if TYPE_CHECKING:  # the runner imports this module
@@ -45,8 +45,7 @@ def decode_rates(runs: list[Run], reps) -> list[float] | None:
     or a journal written before prefill times were kept)."""
     if not runs or any(r.prefill_s is None for r in runs):
         return None
-    return per_repeat_rates(runs, reps, lambda r: r.new_tokens - len(r.prompt_ids),
-                            lambda r: r.wall_s - r.prefill_s)
+    return per_repeat_rates(runs, reps, *run_series(decode=True))
 
 
 def ar_ci(method_runs: list[Run], cat_runs: list[Run], m: str, *, decode: bool = False):
@@ -72,7 +71,7 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
         for m in methods:
             mr = [r for r in cat_runs if r.method == m]
             reps = sorted({r.repeat for r in mr})
-            tps[m] = per_repeat_rates(mr, reps, lambda r: r.new_tokens, lambda r: r.wall_s)
+            tps[m] = per_repeat_rates(mr, reps, *run_series(decode=False))
             dps[m] = decode_rates(mr, reps)
         ar_med = statistics.median(tps["ar"]) if tps.get("ar") else None
         ar_dec = statistics.median(dps["ar"]) if dps.get("ar") else None
