@@ -38,7 +38,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # plain decoding over the 130 Spec-Bench questions on the project's 2-core CPU
     # (docs/benchmarks_notes.md, "Token recycling backs off ..."). Its prompt's entries come
     # from the prompt's text: the target's top ids at every prompt position cost the prefill
-    # the LM head over the whole prompt (rag 0.91x -> 1.04x, summarization 0.93x -> 0.99x)
+    # the LM head over the whole prompt (rag 0.91x -> 1.04x, summarization 0.93x -> 0.99x).
+    # Its tree (the drafter's default, levels:3.2.2.1 since 2026-12-06) starts with a level
+    # that fits the 4-token verify bucket: 1.19x over the 130 questions, where levels:4.3.2.1
+    # gave 1.04x (configs/spec_bench_token_recycling_tree3221.py)
     "token_recycling": {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY,
                         "prompt": "text"},
     "early_exit": {"k": 3},

@@ -150,10 +150,14 @@ def test_prompt_text_fills_the_prompt_from_its_text(target, prompts):
 
 
 @pytest.mark.parametrize("args", [
-    pytest.param({}, id="default-tree"),
-    pytest.param({"prompt": "text"}, id="prompt-text"),
-    pytest.param({"k": "3", "tree": "chain"}, id="chain-3", marks=pytest.mark.long),  # time
-    pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3"}, id="fixed-tree",
+    # the default tree drafted whole every step (the default policy's choices depend on this
+    # machine's cost curve; test_default_backs_off pins them with given curves)
+    pytest.param({"policy": "fixed"}, id="default-tree"),
+    pytest.param({"prompt": "top_ids", "policy": "fixed"}, id="prompt-top-ids"),
+    pytest.param({"k": "3", "tree": "chain", "policy": "fixed"}, id="chain-3",
+                 marks=pytest.mark.long),  # suite time
+    pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3", "policy": "fixed"},
+                 id="fixed-tree",
                  marks=pytest.mark.long)])  # suite time: the default tree runs
 def test_greedy_identity(target, prompts, plain, args):
     m = methods.build("token_recycling", target, args)
@@ -179,6 +183,9 @@ def test_tree_step_cost_prices_each_depth_by_its_nodes():
     # a drafting overhead and a cost per node are added to the steps that draft
     assert tree_step_cost(curve, parse_tree("levels:4.3.2.1", k=4), 0.01, 0.1) == \
         pytest.approx((1.0, 1.84, 1.87, 2.19, 2.2))
+    # the default tree levels:3.2.2.1 (3, 5, 7, 8 nodes): its first level fits a block of 4
+    assert tree_step_cost(curve, parse_tree("levels:3.2.2.1", k=4)) == \
+        pytest.approx((1.0, 1.3, 1.7, 1.7, 1.8))
     # a 2-node chain: blocks of 2 and 3 (its last bucket is its whole tree)
     assert tree_step_cost(curve, parse_tree("levels:1.1", k=2)) == pytest.approx((1.0, 1.1, 1.2))
 
@@ -201,9 +208,9 @@ def test_default_backs_off_where_the_tree_does_not_pay(target, prompts, plain):
     r = generate(target, prompts, max_new_tokens=14, drafter=m.drafter, policy=m.policy,
                  batch_size=8)
     assert r.tokens == plain and sum(r.extra["accepted"]) > 0
-    # a curve where the first level (4 nodes, an 8-token block) pays only while drafts are
+    # a curve where the first level (3 nodes, a 4-token block) pays only while drafts are
     # accepted: rows stop and probe again, idle steps between
-    mixed = ",".join(["1", "1.05", "1.1", "1.15", "1.2", "1.25", "1.3", "1.6"] + ["3"] * 8)
+    mixed = ",".join(["1", "1.05", "1.1", "1.3"] + ["3"] * 12)
     for B in (1, 3):
         m = methods.build("token_recycling", target, {"cost": mixed, "idle_decay": "0.8"})
         r = generate(target, prompts[:B], max_new_tokens=14, drafter=m.drafter,
@@ -258,6 +265,20 @@ def test_sampling_matches_the_target_distribution(tree):
                    sampling=SamplingParams(temperature=1.0, seed=8))
     assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n
     chi_square_check([t[:3] for t in res.tokens], want)
+
+
+def test_default_tree(target):
+    """The default tree is ``levels:3.2.2.1`` cut at ``k`` (one node per level past the
+    fourth) and clipped to the table's width."""
+    from specjax.tree import parse_tree
+
+    def parents(**kw):
+        return drafters.make("token_recycling", target, **kw).tree.parents
+
+    assert parents() == parse_tree("levels:3.2.2.1", k=4).parents
+    assert parents(k=2) == parse_tree("levels:3.2", k=2).parents
+    assert parents(k=6) == parse_tree("levels:3.2.2.1.1.1", k=6).parents
+    assert parents(width=2) == parse_tree("levels:2.2.2.1", k=4).parents
 
 
 def test_bad_options(target):

@@ -23,10 +23,17 @@ in the row's own text, prompt and output: no top ids are asked of the target (gr
 same entries along the output).
 
 The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
-The default tree (``levels:4.3.2.1``: 10 nodes, depth 4; for another ``k`` its first
-``k`` levels, one node per level past the fourth) is chosen for a CPU, where a verify
-block costs about 1.5x a plain step at 4 tokens and 1.8x at 8 (docs/benchmarks.md), far
-from the paper's 80-node GPU tree.
+The default tree (``levels:3.2.2.1``: 8 nodes, depth 4; for another ``k`` its first
+``k`` levels, one node per level past the fourth) is chosen for a CPU, where the engine
+verifies a block in the next of 1, 2, 4, 8, ... and the whole tree's tokens
+(``verify_buckets``) and a 4-token block costs about 1.0-1.2 plain steps at batch 1, an
+8-token one 1.2-1.55 (docs/benchmarks.md): its first
+level (3 nodes and the root) fits the 4-token bucket, so a step that drafts one level is
+cheap, and the whole tree fits 9. The earlier default ``levels:4.3.2.1`` (10 nodes) began
+at the 8-token bucket; over the 130 Spec-Bench questions at batch 1 it ran at 1.04x of
+plain decoding where this tree runs at 1.19x, no category below 1.11x
+(docs/benchmarks_notes.md, "Token Recycling's default tree ..."). Both are far from the
+paper's 80-node GPU tree.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ from specjax.drafters.base import DRAFTERS, StepContext, check_k, skip_as_update
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec, parse_tree, static_topology
+
+
+# the default tree's widths per level (``levels:3.2.2.1``): see the module's docstring
+DEFAULT_WIDTHS = (3, 2, 2, 1)
 
 
 def _latest_only(tokens, valid):
@@ -192,7 +203,7 @@ class TokenRecyclingDrafter:
 def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecyclingDrafter:
     tree = cfg.tree
     if tree is None:  # the default: the CPU tree's first k levels (one node per extra level)
-        widths = [min(w, cfg.width) for w in ([4, 3, 2, 1] + [1] * cfg.k)[:cfg.k]]
+        widths = [min(w, cfg.width) for w in (list(DEFAULT_WIDTHS) + [1] * cfg.k)[:cfg.k]]
         tree = parse_tree("levels:" + ".".join(map(str, widths)), k=cfg.k)
     if tree is not None and tree.kind == "chain":
         tree = None
