@@ -532,6 +532,14 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_token_recycling_b4", "Token Recycling at batch 4: its "
+                         "default (levels:3.2.2.1) and the old default tree levels:4.3.2.1, "
+                         "52 questions as 13 batches of 4 (issue 23's robustness bar; "
+                         "2026-12-06, thirty-eighth session)"),
+                        ("bench_spec_bench_token_recycling_tree3221", "Token Recycling with "
+                         "the tree levels:3.2.2.1 (the default since) against levels:4.3.2.1 "
+                         "over the 130 Spec-Bench questions at batch 1 (2026-12-06, "
+                         "thirty-eighth session)"),
                         ("bench_token_recycling_tree3221_b1_fwd", "Token Recycling at "
                          "batch 1 with the tree levels:3.2.2.1 under its default's "
                          "forward-only prices, summarization and rag, 20 questions "
