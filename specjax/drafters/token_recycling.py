@@ -27,13 +27,12 @@ The default tree (``levels:3.2.2.1``: 8 nodes, depth 4; for another ``k`` its fi
 ``k`` levels, one node per level past the fourth) is chosen for a CPU, where the engine
 verifies a block in the next of 1, 2, 4, 8, ... and the whole tree's tokens
 (``verify_buckets``) and a 4-token block costs about 1.0-1.2 plain steps at batch 1, an
-8-token one 1.2-1.55 (docs/benchmarks.md): its first
-level (3 nodes and the root) fits the 4-token bucket, so a step that drafts one level is
-cheap, and the whole tree fits 9. The earlier default ``levels:4.3.2.1`` (10 nodes) began
-at the 8-token bucket; over the 130 Spec-Bench questions at batch 1 it ran at 1.04x of
-plain decoding where this tree runs at 1.19x, no category below 1.11x
-(docs/benchmarks_notes.md, "Token Recycling's default tree ..."). Both are far from the
-paper's 80-node GPU tree.
+8-token one 1.2-1.55 (docs/benchmarks.md): its first level (3 nodes and the root) fits the
+4-token bucket, so a step that drafts one level is cheap, and the whole tree fits 9. The
+earlier default ``levels:4.3.2.1`` (10 nodes) began at the 8-token bucket; over the 130
+Spec-Bench questions at batch 1 it ran at 1.04x of plain decoding where this tree runs at
+1.19x, no category below 1.11x (docs/benchmarks_notes.md, "Token Recycling's default tree
+..."). Both are far from the paper's 80-node GPU tree.
 """
 
 from __future__ import annotations
