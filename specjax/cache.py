@@ -6,11 +6,10 @@ head's keys as they lie (with positions before heads XLA:CPU copied every layer'
 every forward; the exact value product still reads a transposed copy of the values, see
 ``specjax.models.numerics.value_product``). A block of new entries (what a forward computes,
 writes and returns) stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of committed
-entries of row ``b``;
-entries at ``lengths[b]`` and beyond are scratch: a forward writes its new tokens there, and
-the caller decides how many of them to commit (plain decoding commits all, speculative
-decoding commits the accepted prefix/path). Rejected entries are never deleted: they sit
-past the row's length and are overwritten by the next write.
+entries of row ``b``; entries at ``lengths[b]`` and beyond are scratch: a forward writes
+its new tokens there, and the caller decides how many of them to commit (plain decoding
+commits all, speculative decoding commits the accepted prefix/path). Rejected entries are
+never deleted: they sit past the row's length and are overwritten by the next write.
 """
 
 from __future__ import annotations

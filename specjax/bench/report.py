@@ -48,13 +48,12 @@ def decode_rates(runs: list[Run], reps) -> list[float] | None:
     return per_repeat_rates(runs, reps, *run_series(decode=True))
 
 
-def ar_ci(method_runs: list[Run], cat_runs: list[Run], m: str, *, decode: bool = False):
+def ar_ci(method_runs: list[Run], ar_runs: list[Run], m: str, *, decode: bool = False):
     """``[lo, hi]``: the 95% interval of method ``m``'s speedup over ``ar`` in these runs
     (None for ``ar`` itself, or too few prompt batches)."""
     if m == "ar":
         return None
-    ci = speedup_interval(method_runs, [r for r in cat_runs if r.method == "ar"],
-                          decode=decode)
+    ci = speedup_interval(method_runs, ar_runs, decode=decode)
     return None if ci is None else [round(ci[0], 4), round(ci[1], 4)]
 
 
@@ -67,16 +66,17 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
     rows = []
     for cat in categories + ["ALL"]:
         cat_runs = [r for r in runs if cat == "ALL" or r.category == cat]
+        by_method = {m: [r for r in cat_runs if r.method == m] for m in methods}
         tps, dps = {}, {}
         for m in methods:
-            mr = [r for r in cat_runs if r.method == m]
+            mr = by_method[m]
             reps = sorted({r.repeat for r in mr})
             tps[m] = per_repeat_rates(mr, reps, *run_series(decode=False))
             dps[m] = decode_rates(mr, reps)
         ar_med = statistics.median(tps["ar"]) if tps.get("ar") else None
         ar_dec = statistics.median(dps["ar"]) if dps.get("ar") else None
         for m in methods:
-            mr = [r for r in cat_runs if r.method == m]
+            mr = by_method[m]
             if not mr:
                 continue
             med = statistics.median(tps[m])
@@ -91,8 +91,8 @@ def summarize(runs: list[Run], methods, categories, compile_s, built, greedy: bo
                 "decode_speedup_vs_ar": (statistics.median(dps[m]) / ar_dec
                                          if ar_dec and dps.get(m) else None),
                 # the 95% interval over the category's prompt batches (paired bootstrap)
-                "speedup_ci": ar_ci(mr, cat_runs, m),
-                "decode_speedup_ci": ar_ci(mr, cat_runs, m, decode=True),
+                "speedup_ci": ar_ci(mr, by_method.get("ar", []), m),
+                "decode_speedup_ci": ar_ci(mr, by_method.get("ar", []), m, decode=True),
                 "tau": (sum(r.new_tokens for r in mr) / fw) if fw else None,
                 "new_tokens": sum(r.new_tokens for r in mr) // max(len({r.repeat for r in mr}),
                                                                      1),

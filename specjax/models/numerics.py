@@ -320,10 +320,9 @@ def row_count_invariant(kind: str, m: int, shape: tuple, dtype_name: str, backen
     in ``chunks`` blocks, ``shape = (out, in, chunks)``. ``"plain"``: ``product``
     (:func:`specjax.models.llama.plain_matmul`, XLA's own product, the prefill's) of ``m`` rows
     against an ``(out, in)`` weight, ``shape = (out, in)``. ``"attention"``: the score and
-    value products of ``m`` tokens, ``shape = (query heads per key/value head, head dim, cache
-    length)``; the
-    reference is a two-token product (one token counts when it has several query heads per
-    key/value head: that many rows)."""
+    value products of ``m`` tokens, ``shape = (query heads per key/value head, head dim,
+    cache length)``; the reference is a two-token product (one token counts when it has
+    several query heads per key/value head: that many rows)."""
     del backend  # part of the cache key: the probe runs on the default backend
     if kind in _ROW_PRODUCTS and m < 2:
         return False
