@@ -387,6 +387,9 @@ def describe(drafter, policy, verifier=None) -> dict:
             out[f] = getattr(drafter, f)
     if getattr(drafter, "tree", None) is not None:
         out["tree"] = drafter.tree.describe()
+    extra = getattr(drafter, "describe_extra", None)  # e.g. a carried table's mode
+    if callable(extra):
+        out.update(extra())
     if getattr(policy, "threshold", None) is not None:
         out["threshold"] = policy.threshold
     return out

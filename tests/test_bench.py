@@ -184,6 +184,9 @@ def test_bench_refuses_sweeps_of_drafters_that_learn(tmp_path, tiny_gguf, prompt
                                         "datastore": "empty"}, False),
                              ("ngram", {"sources": "prompt_lookup"}, False),
                              ("stand", {"memory": "keep"}, True), ("stand", {}, False),
+                             ("token_recycling", {"memory": "keep"}, True),
+                             ("token_recycling", {"memory": "call"}, False),
+                             ("token_recycling", {}, False),
                              ("prompt_lookup", {}, False)]:
         assert learns_across_calls(methods.build(name, lm, args).drafter) is want, (name, args)
         assert learns_across_calls(methods.build_drafter(name, lm, args)) is want, (name, args)

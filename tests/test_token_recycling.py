@@ -281,6 +281,121 @@ def test_default_tree(target):
     assert parents(width=2) == parse_tree("levels:2.2.2.1", k=4).parents
 
 
+def test_text_fill_and_merge_rows():
+    """A hot prompt entry: the successor, then the carried candidates without it; a batch's
+    tables merge into one, each entry from the first row that changed it."""
+    from specjax.drafters.token_recycling import merge_rows, text_fill
+
+    rows = jnp.asarray([[5, 6, 7], [5, 6, 7], [1, 2, 3]], jnp.int32)
+    got = np.asarray(text_fill(rows, jnp.asarray([6, 9, 3], jnp.int32)))
+    assert got.tolist() == [[6, 5, 7], [9, 5, 6], [3, 1, 2]]
+    start = jnp.zeros((4, 2), jnp.int32)
+    tables = np.zeros((3, 4, 2), np.int32)
+    tables[0, 1] = [1, 1]
+    tables[1, 1] = [2, 2]
+    tables[1, 2] = [3, 3]
+    tables[2, 3] = [4, 4]
+    got = np.asarray(merge_rows(start, jnp.asarray(tables)))
+    assert got.tolist() == [[0, 0], [1, 1], [3, 3], [4, 4]]
+
+
+def test_hot_start_carries_the_table(target, prompts, plain):
+    """``memory=keep``: the table one call leaves (rows merged) is where the next call's rows
+    start (a prompt token's entry: its successor, then the carried candidates), outputs stay
+    plain decoding's; ``relearn`` rebuilds the same table from the prompts and outputs;
+    ``memory=call`` forgets it at the next call; the bench's snapshot / restore round-trips."""
+    from specjax.features import Features
+
+    m = methods.build("token_recycling", target, {"policy": "fixed", "memory": "keep"})
+    d = m.drafter
+    assert d.learns_across_calls() and d.describe_extra() == {"memory": "keep"}
+    assert methods.describe(d, m.policy)["memory"] == "keep"
+    assert "memory" not in methods.describe(*methods.build("token_recycling", target, {})[:2])
+    r = generate(target, prompts[:3], max_new_tokens=14, drafter=d, policy=m.policy,
+                 batch_size=3)
+    assert r.tokens == plain[:3]
+    carried = d.memory.table.copy()
+    assert d.memory.batches == 1 and carried.shape == (target.cfg.vocab_size, 8)
+    # the same table from the prompts and outputs (teacher-forced top ids)
+    fresh = drafters.make("token_recycling", target, memory="keep", prompt="text")
+    fresh.relearn(prompts[:3], r.tokens)
+    assert fresh.memory.batches == 1
+    assert np.mean(fresh.memory.table == carried) > 0.999
+    assert (fresh.memory.table[:, 0] == carried[:, 0]).all()
+    # the next batch starts from it
+    toks, lens = padded(prompts[3:5])
+    table = np.asarray(d.init(d.params(), target, jnp.asarray(toks), jnp.asarray(lens), 64,
+                              Features()))
+    for b in range(2):
+        succ = {int(toks[b, t]): int(toks[b, t + 1]) for t in range(lens[b] - 1)}
+        for tok in range(target.cfg.vocab_size):
+            want = carried[tok].tolist()
+            if tok in succ:
+                rest = [x for x in want if x != succ[tok]]
+                want = ([succ[tok]] + rest)[:8]
+            assert table[b, tok].tolist() == want, (b, tok)
+    snap = d.snapshot()
+    r2 = generate(target, prompts[3:], max_new_tokens=14, drafter=d, policy=m.policy,
+                  batch_size=2)  # three batches, the last padded
+    assert r2.tokens == plain[3:] and d.memory.batches == 4
+    d.restore(snap)
+    assert (d.memory.table == carried).all() and d.memory.batches == 1
+    c = methods.build("token_recycling", target, {"policy": "fixed", "memory": "call"})
+    assert not c.drafter.learns_across_calls()
+    r3 = generate(target, prompts, max_new_tokens=14, drafter=c.drafter, policy=c.policy,
+                  batch_size=3)
+    assert r3.tokens == plain and c.drafter.memory.batches == 3
+    c.drafter.begin_call()
+    assert c.drafter.memory.table is None and c.drafter.memory.batches == 0
+
+
+def test_hot_start_file(target, prompts, plain, tmp_path):
+    """``memory=FILE.npz``: saved after every batch, loaded by the next build (the same
+    table, the same outputs); another width, a corrupt file, a file that is not a table
+    and a path without ``.npz`` are refused, naming the file."""
+    path = tmp_path / "tr.npz"
+    m = methods.build("token_recycling", target, {"policy": "fixed", "memory": str(path)})
+    assert m.drafter.describe_extra() == {"memory": "file"}
+    r = generate(target, prompts[:4], max_new_tokens=14, drafter=m.drafter, policy=m.policy,
+                 batch_size=2)
+    assert r.tokens == plain[:4] and path.exists()
+    again = methods.build("token_recycling", target, {"policy": "fixed", "memory": str(path)})
+    assert (again.drafter.memory.table == m.drafter.memory.table).all()
+    assert again.drafter.memory.batches == 2
+    outs = []
+    for d in (m, again):
+        snap = d.drafter.snapshot()
+        outs.append(generate(target, prompts[4:], max_new_tokens=14, drafter=d.drafter,
+                             policy=d.policy, batch_size=4))
+        d.drafter.restore(snap)
+    assert outs[0].tokens == outs[1].tokens == plain[4:]
+    assert outs[0].extra["accepted"] == outs[1].extra["accepted"]
+    with pytest.raises(DrafterError, match="tr.npz was written for another configuration: "
+                                           "width 8 in the file, 4 here"):
+        drafters.make("token_recycling", target, width=4, memory=str(path))
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(DrafterError, match="bad.npz is not a readable table file"):
+        drafters.make("token_recycling", target, memory=str(bad))
+    import json
+
+    V = target.cfg.vocab_size
+    header = np.frombuffer(json.dumps({"format": "specjax-recycling-table", "version": 1,
+                                       "width": 8, "vocab_size": V}).encode(), np.uint8)
+    np.savez(bad, header=header, table=np.full((V, 8), V, np.int32))
+    with pytest.raises(DrafterError, match="bad.npz: token ids outside"):
+        drafters.make("token_recycling", target, memory=str(bad))
+    np.savez(bad, header=header, table=np.zeros((V, 7), np.int32))
+    with pytest.raises(DrafterError, match="truncated or corrupt"):
+        drafters.make("token_recycling", target, memory=str(bad))
+    np.savez(bad, header=np.frombuffer(b'{"format": "specjax-stand-tables"}', np.uint8),
+             table=np.zeros((V, 8), np.int32))
+    with pytest.raises(DrafterError, match="not a specjax-recycling-table file"):
+        drafters.make("token_recycling", target, memory=str(bad))
+    with pytest.raises(DrafterError, match="memory must be none, call, keep or a file path"):
+        drafters.make("token_recycling", target, memory="sometimes")
+
+
 def test_bad_options(target):
     with pytest.raises(DrafterError, match="width must be an integer >= 1"):
         drafters.make("token_recycling", target, width=0)

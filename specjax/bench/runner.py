@@ -120,8 +120,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                 f"{', '.join(leaky)} learn from every answer across calls (a suffix cache, "
                 f"a datastore or carried-over tables): with --batch-sizes a prompt is decoded "
                 f"again and would be drafted from its own earlier answer. Give those methods "
-                f"learn=false (suffix, sssd, ngram) or memory=call (stand), or run without "
-                f"--batch-sizes")
+                f"learn=false (suffix, sssd, ngram) or memory=call (stand, token_recycling), or "
+                f"run without --batch-sizes")
     built = {m: built_for(m, batch_size) for m in methods}
     by_cat: dict[str, list[int]] = defaultdict(list)
     for i, it in enumerate(items):

@@ -16,11 +16,23 @@ LM head at its last position alone) and at every committed position of each step
 pass's features along the accepted path; the paper also recycles the rejected nodes'
 candidates: their contexts did not happen, so they are left out here). When a
 token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
-..., width - 1`` (junk that verification rejects). The table lives for one ``generate`` call
-(the paper keeps it across requests: a hot start, not done here). With ``from_text`` (width
-1, the ``ngram`` drafter's default source) an entry is instead the token that followed ``t``
-in the row's own text, prompt and output: no top ids are asked of the target (greedy, the
-same entries along the output).
+..., width - 1`` (junk that verification rejects). With ``from_text`` (width 1, the
+``ngram`` drafter's default source) an entry is instead the token that followed ``t`` in the
+row's own text, prompt and output: no top ids are asked of the target (greedy, the same
+entries along the output).
+
+``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
+as the paper's global table does from request to request (a hot start): every row of the
+next batch starts from it instead of from junk. ``none`` (the default): each batch starts
+cold; ``call``: within one ``generate`` call; ``keep``: across calls in this process;
+``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
+vocabulary, tokenizer and width; another one, another format or a corrupt file is refused
+naming the file). With ``prompt="text"`` a prompt token's entry becomes its successor in the
+prompt followed by the carried entry's candidates (without that successor). After a batch
+each token's carried entry is the one of the first row that rewrote it (rows are padded
+with copies at the end of a batch, so a real row wins). Over the 130 Spec-Bench questions
+(one at a time, in order) a replay of the default tree's accepted tokens gives 1.64 tokens
+per step carried against 1.52 cold (docs/benchmarks_notes.md).
 
 The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
 The default tree (``levels:3.2.2.1``: 8 nodes, depth 4; for another ``k`` its first
@@ -38,11 +50,19 @@ Spec-Bench questions at batch 1 it ran at 1.04x of plain decoding where this tre
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+import functools
+import json
+import zipfile
+from pathlib import Path
+from typing import Any, ClassVar
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
-from specjax.drafters.base import DRAFTERS, StepContext, check_k, skip_as_update, tree_field
+from specjax.atomic import replacing
+from specjax.drafters.base import (DRAFTERS, StepContext, check_k, skip_as_update, target_ids,
+                                   tree_field)
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.tree import DraftTree, TreeSpec, parse_tree, static_topology
@@ -72,6 +92,132 @@ def record(table, tokens, top, valid):
 
 
 PROMPT_FILLS = ("top_ids", "text")
+FORMAT = "specjax-recycling-table"
+VERSION = 1
+
+
+def text_fill(rows, succ):
+    """``[succ, rows without succ...]`` cut to the rows' width: a prompt token's entry when
+    the table starts hot (``rows [..., W]`` its carried candidates, ``succ [...]`` its
+    successor in the prompt)."""
+    W = rows.shape[-1]
+    keep = rows != succ[..., None]
+    order = jnp.argsort(jnp.where(keep, 0, 1), axis=-1, stable=True)  # kept ones first
+    rest = jnp.take_along_axis(rows, order, axis=-1)[..., :W - 1]
+    return jnp.concatenate([succ[..., None], rest], axis=-1)
+
+
+@jax.jit
+def merge_rows(start, tables):
+    """One table ``[V, W]`` from a batch's ``tables [B, V, W]`` that all began as ``start``:
+    each entry from the first row that changed it, ``start``'s where none did."""
+    changed = jnp.any(tables != start[None], axis=-1)  # [B, V]
+    first = jnp.argmax(changed, axis=0)
+    picked = tables[first, jnp.arange(start.shape[0])]
+    return jnp.where(jnp.any(changed, axis=0)[:, None], picked, start)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _teacher_top_ids(graphdef, params, tokens, width):
+    from flax import nnx
+
+    model = nnx.merge(graphdef, params)
+    B, T = tokens.shape
+    out = model(tokens, jnp.broadcast_to(jnp.arange(T)[None], (B, T)), model.init_cache(B, T),
+                prefix_empty=True)
+    return jax.lax.top_k(out.logits, width)[1].astype(jnp.int32)
+
+
+def teacher_top_ids(model, tokens, width: int) -> np.ndarray:
+    """The target's ``width`` best next tokens at every position of ``tokens`` (one forward
+    over the whole text, padded to a multiple of 256 positions): ``int32[len(tokens), W]``."""
+    from flax import nnx
+
+    n = len(tokens)
+    T = -(-max(n, 1) // 256) * 256
+    padded = np.zeros((1, T), np.int32)
+    padded[0, :n] = tokens
+    graphdef, params = nnx.split(model)
+    return np.asarray(_teacher_top_ids(graphdef, params, jnp.asarray(padded), width))[0, :n]
+
+
+@dataclasses.dataclass(eq=False)
+class RecyclingMemory:
+    """The table a ``token_recycling`` drafter carries from one batch to the next (a host
+    copy, replaced after every batch; forgotten at the start of each ``generate`` call when
+    ``per_call``; saved to ``path`` when set)."""
+
+    width: int
+    vocab_size: int
+    tokenizer: str | None = None
+    path: Path | None = None
+    table: np.ndarray | None = None
+    batches: int = 0
+    per_call: bool = False
+
+    @property
+    def mode(self) -> str:
+        return "call" if self.per_call else ("keep" if self.path is None else "file")
+
+    def start(self) -> np.ndarray:
+        """The table the next batch starts from (junk where nothing was learnt yet)."""
+        if self.table is not None:
+            return self.table
+        return np.broadcast_to(np.arange(self.width, dtype=np.int32),
+                               (self.vocab_size, self.width))
+
+    def header(self) -> dict:
+        return {"format": FORMAT, "version": VERSION, "width": self.width,
+                "vocab_size": self.vocab_size, "tokenizer": self.tokenizer,
+                "batches": self.batches}
+
+    def save(self, path: str | Path | None = None) -> Path:
+        path = Path(path or self.path)
+        if self.table is None:
+            raise DrafterError("token_recycling: nothing to save yet (no batch has been "
+                               "decoded)")
+        with replacing(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, header=np.frombuffer(json.dumps(self.header()).encode(), np.uint8),
+                     table=np.asarray(self.table, np.int32))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, width: int, vocab_size: int,
+             tokenizer: str | None) -> "RecyclingMemory":
+        path = Path(path)
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                header = json.loads(bytes(z["header"]).decode())
+                table = np.asarray(z["table"])
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+                UnicodeDecodeError, EOFError) as e:
+            raise DrafterError(f"token_recycling: {path} is not a readable table file "
+                               f"({type(e).__name__}: {e})") from None
+        if not isinstance(header, dict) or header.get("format") != FORMAT or \
+                header.get("version") != VERSION:
+            got = header if not isinstance(header, dict) else (
+                f"{header.get('format')!r} version {header.get('version')!r}")
+            raise DrafterError(f"token_recycling: {path} is not a {FORMAT} file of version "
+                               f"{VERSION} (found {got})")
+        bad = {k: (header.get(k), v) for k, v in (("width", width), ("vocab_size", vocab_size))
+               if header.get(k) != v}
+        if bad:
+            raise DrafterError(f"token_recycling: {path} was written for another "
+                               "configuration: " + ", ".join(
+                                   f"{k} {a!r} in the file, {b!r} here"
+                                   for k, (a, b) in bad.items()))
+        if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
+            raise DrafterError(f"token_recycling: {path} was written with another tokenizer "
+                               f"({header['tokenizer']} vs {tokenizer}): its token ids mean "
+                               "other text")
+        if table.shape != (vocab_size, width) or table.dtype != np.int32:
+            raise DrafterError(f"token_recycling: {path}: the table is {table.dtype} "
+                               f"{table.shape}, expected int32 {(vocab_size, width)} "
+                               "(truncated or corrupt)")
+        if table.size and (table.min() < 0 or table.max() >= vocab_size):
+            raise DrafterError(f"token_recycling: {path}: token ids outside [0, {vocab_size}) "
+                               "(corrupt)")
+        return cls(width, vocab_size, tokenizer, path, table, int(header.get("batches", 0)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +232,12 @@ class TokenRecyclingConfig:
         "help": "what fills the prompt's entries: top_ids (the target's top ids at every "
                 "prompt position: the LM head over the whole prompt in the prefill) or text "
                 "(each prompt token's successor in the prompt, first column only)"})
+
+    memory: str | None = dataclasses.field(default=None, metadata={
+        "help": "the table carried to the next batch (a hot start): none (default): every "
+                "batch starts cold | call: within one generate call | keep: across calls in "
+                "this process | FILE.npz: also saved there after every batch, loaded next "
+                "time"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -110,6 +262,11 @@ class TokenRecyclingDrafter:
     name: str = "token_recycling"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
+    # the table carried from batch to batch (``memory``), and the target it is rebuilt with
+    # from a benchmark journal (``relearn``)
+    memory: RecyclingMemory | None = dataclasses.field(default=None, compare=False,
+                                                       hash=False, repr=False)
+    target: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self):
         if self.prompt not in PROMPT_FILLS:
@@ -128,17 +285,25 @@ class TokenRecyclingDrafter:
         return FeatureSpec() if self.prompt == "text" else self.features
 
     def params(self):
-        return None
+        """The carried table (``memory``) every row starts from, or None (cold)."""
+        return None if self.memory is None else jnp.asarray(self.memory.start())
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         B, P = prompt_tokens.shape
         junk = jnp.arange(self.width, dtype=jnp.int32)
-        table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
+        if params is None:
+            table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
+        else:  # a hot start: the carried table
+            table = jnp.broadcast_to(params[None], (B,) + params.shape)
         if self.from_text or self.prompt == "text":  # prompt[i] -> prompt[i + 1]
             nxt = jnp.concatenate([prompt_tokens[:, 1:], prompt_tokens[:, :1]], axis=1)
             valid = jnp.arange(P)[None] < prompt_lens[:, None] - 1
-            top = jnp.concatenate(  # the other columns: the junk of an unfilled entry
-                [nxt[..., None], jnp.broadcast_to(junk[1:], (B, P, self.width - 1))], axis=2)
+            if params is None:  # the other columns: the junk of an unfilled entry
+                top = jnp.concatenate(
+                    [nxt[..., None], jnp.broadcast_to(junk[1:], (B, P, self.width - 1))],
+                    axis=2)
+            else:  # the successor, then the carried candidates
+                top = text_fill(params[prompt_tokens], nxt)
             return record(table, prompt_tokens, top, valid)
         valid = jnp.arange(P)[None] < prompt_lens[:, None]
         return record(table, prompt_tokens, features.top_ids, valid)
@@ -196,6 +361,74 @@ class TokenRecyclingDrafter:
         return record(state, toks, features.top_ids, valid)
 
 
+    # ------------------------------------------------------------ the carried table
+    def learns_across_calls(self) -> bool:
+        """``memory=keep`` or a file: one call's table is the next one's start."""
+        return self.memory is not None and not self.memory.per_call
+
+    def describe_extra(self) -> dict:
+        """For results files: the carried table's mode, when there is one."""
+        return {} if self.memory is None else {"memory": self.memory.mode}
+
+    def snapshot(self):
+        m = self.memory
+        return None if m is None else (m.table, m.batches)
+
+    def restore(self, snap) -> None:
+        if self.memory is not None and snap is not None:
+            self.memory.table, self.memory.batches = snap
+
+    def begin_call(self) -> None:
+        """At the start of a ``generate`` call: ``memory=call`` starts cold."""
+        if self.memory is not None and self.memory.per_call:
+            self.memory.table, self.memory.batches = None, 0
+
+    def carry_over(self, draft_state) -> None:
+        """After a batch: the rows' tables merged into the one the next batch starts from."""
+        if self.memory is None:
+            return
+        start = jnp.asarray(self.memory.start())
+        self.memory.table = np.asarray(jax.device_get(merge_rows(start, draft_state)))
+        self.memory.batches += 1
+        if self.memory.path is not None:
+            self.memory.save()
+
+    def relearn(self, prompts, outputs) -> None:
+        """A resumed benchmark journal: the table the finished batch left, rebuilt from its
+        prompts and outputs with one forward of the target over each text (the top ids the
+        verify passes gave at the committed positions, up to near-ties that the prefill's
+        rounding may order otherwise). A file (``memory=FILE.npz``) kept the table itself."""
+        m = self.memory
+        if not self.learns_across_calls() or m.path is not None:
+            return
+        if self.target is None:
+            raise DrafterError("token_recycling: relearn needs the target (build the drafter "
+                               "with drafters.make or methods.build)")
+        start = m.start()
+        rows = []
+        for prompt, out in zip(prompts, outputs):
+            prompt, out = list(prompt), list(out)
+            table = start.copy()
+            P = len(prompt)
+            top = teacher_top_ids(self.target, prompt + out[:-1], self.width) if (
+                out or self.prompt != "text") else None
+            if self.prompt == "text":
+                if P > 1:  # the latest occurrence wins, each from the start's entry
+                    filled = np.asarray(text_fill(jnp.asarray(start[prompt[:-1]]),
+                                                  jnp.asarray(prompt[1:], jnp.int32)))
+                    for i in range(P - 1):
+                        table[prompt[i]] = filled[i]
+            else:
+                for i in range(P):
+                    table[prompt[i]] = top[i]
+            for j in range(len(out) - 1):  # every committed token but the last was a root
+                table[out[j]] = top[P + j]
+            rows.append(table)
+        if rows:
+            m.table = np.asarray(merge_rows(jnp.asarray(start), jnp.asarray(np.stack(rows))))
+            m.batches += 1
+
+
 @DRAFTERS.register("token_recycling", config=TokenRecyclingConfig,
                    doc="the target's own top-k candidates per token, from every verify pass, "
                        "drafted as a static tree (model-free)")
@@ -215,5 +448,28 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
             raise DrafterError(f"token_recycling: the tree gives a node {max(ranks) + 1} "
                                f"children, more than the table's width {cfg.width}")
     model = getattr(target_lm, "model", target_lm)
+    vocab, tok = target_ids(target_lm)
+    memory = cfg.memory
+    if isinstance(memory, str) and memory.strip().lower() in ("", "none"):
+        memory = None
+    if isinstance(memory, str):
+        mode = memory.strip().lower()
+        if mode in ("keep", "call"):
+            memory = RecyclingMemory(cfg.width, vocab, tok, per_call=mode == "call")
+        else:
+            path = Path(memory)
+            if path.suffix != ".npz":
+                raise DrafterError(f"token_recycling: memory must be none, call, keep or a "
+                                   f"file path ending in .npz, got {memory!r}")
+            memory = (RecyclingMemory.load(path, cfg.width, vocab, tok) if path.exists() else
+                      RecyclingMemory(cfg.width, vocab, tok, path=path))
+    elif memory is not None and not isinstance(memory, RecyclingMemory):
+        raise DrafterError(f"token_recycling: memory must be a string or a RecyclingMemory, "
+                           f"got {type(memory).__name__}")
+    elif memory is not None and (memory.width, memory.vocab_size) != (cfg.width, vocab):
+        raise DrafterError(f"token_recycling: the RecyclingMemory holds a table of width "
+                           f"{memory.width} over {memory.vocab_size} tokens; this drafter "
+                           f"needs width {cfg.width} over the target's {vocab}")
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
-                                 vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt)
+                                 vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt,
+                                 memory=memory, target=model if memory is not None else None)
