@@ -447,7 +447,11 @@ class DecodeLoop:
         done = self._done(s, cache, seq_len, first_eos < m, live)
         after = dataclasses.replace(ctx, seq=seq, seq_len=seq_len, target_cache=cache)
         path_feats = take_tokens(feats, block_path) if not fs.empty else Features()
-        dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats)
+        if getattr(drafter, "tree_features", False):  # also every verified node's features
+            dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats,
+                                    tree_features=feats)
+        else:
+            dstate = drafter.update(dparams, dstate, after, n_acc, tree, path, path_feats)
         if want_kld:  # KL(target || draft) of each drafted position, for the policy
             pstate = policy.update(s.policy_state, pk, n_draft, n_acc, kld=kld)
         else:

@@ -154,6 +154,7 @@ def test_prompt_text_fills_the_prompt_from_its_text(target, prompts):
     # machine's cost curve; test_default_backs_off pins them with given curves)
     pytest.param({"policy": "fixed"}, id="default-tree"),
     pytest.param({"prompt": "top_ids", "policy": "fixed"}, id="prompt-top-ids"),
+    pytest.param({"record": "tree", "memory": "call", "policy": "fixed"}, id="record-tree"),
     pytest.param({"k": "3", "tree": "chain", "policy": "fixed"}, id="chain-3",
                  marks=pytest.mark.long),  # suite time
     pytest.param({"tree": "fixed:0,1,2,0.0,0.1,1.0,0.0.0", "k": "3", "policy": "fixed"},
@@ -246,6 +247,45 @@ def test_skip_records_the_committed_token(target):
     # the pair into the root and the root -> the new pending token
     assert {k: int(got[0, k]) for k in range(V) if got[0, k]} == {3: 4, 4: 9}
     assert {k: int(got[1, k]) for k in range(V) if got[1, k]} == {6: 7, 7: 8}
+
+
+def test_record_tree_recycles_the_rejected_nodes(target):
+    """``record="tree"``: a verify pass records every verified node's top ids, the root's and
+    the accepted nodes' last (they win over a rejected node holding the same token);
+    ``record="path"`` the root and the accepted nodes only."""
+    import types
+
+    from specjax.drafters.base import StepContext
+    from specjax.drafters.token_recycling import TokenRecyclingDrafter
+    from specjax.features import Features
+    from specjax.tree import DraftTree, parse_tree
+
+    V = target.cfg.vocab_size
+    # the root 4 (position 3) and node 0 (5) accepted, 9 pending; node 1 (6) and node 2 (4,
+    # under node 0) rejected
+    ctx = StepContext(seq=jnp.asarray([[1, 2, 3, 4, 5, 9]]), seq_len=jnp.asarray([6]),
+                      target_cache=types.SimpleNamespace(lengths=jnp.asarray([5])),
+                      keys=None, live=jnp.asarray([True]), temperature=None, top_k=None,
+                      top_p=None)
+    tree = DraftTree(tokens=jnp.asarray([[5, 6, 4]]), parent=jnp.asarray([[-1, -1, 0]]),
+                     depth=jnp.asarray([[1, 1, 2]]), valid=jnp.asarray([[True, True, True]]))
+    path = jnp.asarray([[0, -1]])
+    feats = jnp.asarray([[[11, 12], [13, 14], [15, 16], [17, 18]]], jnp.int32)  # per block slot
+    along = Features(top_ids=jnp.asarray([[[11, 12], [13, 14], [0, 0]]], jnp.int32))
+    table = jnp.zeros((1, V, 2), jnp.int32)
+    got = {}
+    for rec in ("path", "tree"):
+        d = TokenRecyclingDrafter(max_k=2, width=2, vocab_size=V,
+                                  tree=parse_tree("levels:2.1", k=2), record=rec)
+        assert d.tree_features is (rec == "tree")
+        out = np.asarray(d.update(None, table, ctx, jnp.asarray([1]), tree, path, along,
+                                  tree_features=Features(top_ids=feats) if d.tree_features
+                                  else None))[0]
+        got[rec] = {t: out[t].tolist() for t in range(V) if out[t].any()}
+    assert got["path"] == {4: [11, 12], 5: [13, 14]}
+    assert got["tree"] == {4: [11, 12], 5: [13, 14], 6: [15, 16]}
+    with pytest.raises(DrafterError, match="record must be one of"):
+        drafters.make("token_recycling", target, record="all")
 
 
 def test_rows_ending_mid_step(target, prompts, plain):
@@ -341,7 +381,7 @@ def test_hot_start_carries_the_table(target, prompts, plain):
     d.restore(snap)
     assert (d.memory.table == carried).all() and d.memory.batches == 1
     c = methods.build("token_recycling", target, {"policy": "fixed", "memory": "call"})
-    assert not c.drafter.learns_across_calls()
+    assert not c.drafter.learns_across_calls() and c.drafter.describe_extra() == {}
     r3 = generate(target, prompts, max_new_tokens=14, drafter=c.drafter, policy=c.policy,
                   batch_size=3)
     assert r3.tokens == plain and c.drafter.memory.batches == 3

@@ -46,6 +46,9 @@ global cache learns this way); ``carry_over(draft_state)`` is called after every
 the loop's final drafter state (STAND keeps its n-gram tables this way), ``params()`` again
 asked before the next, and ``begin_call()`` at the start of every ``generate`` call;
 ``stats(draft_state) -> {name: int[B]}`` adds per-row counters to ``GenerationResult.extra``.
+A drafter with ``tree_features = True`` gets its ``update`` called with ``tree_features=``
+too: the verify pass's features at every block position (index 0 the root, ``i + 1`` node
+``i``; rejected nodes included), not only along the accepted path.
 
 Adding a drafter: one module with a frozen config dataclass (its options), the drafter class
 and a build function registered with ``@DRAFTERS.register(name, config=...)``, imported in

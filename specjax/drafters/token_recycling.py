@@ -13,13 +13,14 @@ so a row's drafts never depend on what else is in the batch, and it is filled fr
 target's top ids at every prompt position (the prefill; with ``prompt="text"`` instead each
 prompt token's successor in the prompt, in the first column only, so the prefill computes the
 LM head at its last position alone) and at every committed position of each step (the verify
-pass's features along the accepted path; the paper also recycles the rejected nodes'
-candidates: their contexts did not happen, so they are left out here). When a
-token occurs several times, its latest occurrence wins. Entries never filled hold ``0, 1,
-..., width - 1`` (junk that verification rejects). With ``from_text`` (width 1, the
-``ngram`` drafter's default source) an entry is instead the token that followed ``t`` in the
-row's own text, prompt and output: no top ids are asked of the target (greedy, the same
-entries along the output).
+pass's features along the accepted path). The paper also recycles the rejected nodes'
+candidates, whose contexts did not happen: ``record="tree"`` does so too (every verified
+node's top ids, then the root's and the accepted nodes' over them); ``record="path"``, the
+default, leaves them out. When a token occurs several times, its latest occurrence wins.
+Entries never filled hold ``0, 1, ..., width - 1`` (junk that verification rejects). With
+``from_text`` (width 1, the ``ngram`` drafter's default source) an entry is instead the
+token that followed ``t`` in the row's own text, prompt and output: no top ids are asked of
+the target (greedy, the same entries along the output).
 
 ``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
 as the paper's global table does from request to request (a hot start): every row of the
@@ -92,6 +93,7 @@ def record(table, tokens, top, valid):
 
 
 PROMPT_FILLS = ("top_ids", "text")
+RECORDS = ("path", "tree")
 FORMAT = "specjax-recycling-table"
 VERSION = 1
 
@@ -233,6 +235,10 @@ class TokenRecyclingConfig:
                 "prompt position: the LM head over the whole prompt in the prefill) or text "
                 "(each prompt token's successor in the prompt, first column only)"})
 
+    record: str = dataclasses.field(default="path", metadata={
+        "help": "what a verify pass records: path (the root and the accepted nodes: contexts "
+                "that happened) | tree (every verified node's top ids too, rejected ones "
+                "first, as the paper does)"})
     memory: str | None = dataclasses.field(default=None, metadata={
         "help": "the table carried to the next batch (a hot start): none (default): every "
                 "batch starts cold | call: within one generate call | keep: across calls in "
@@ -244,6 +250,9 @@ class TokenRecyclingConfig:
         if not isinstance(self.width, int) or isinstance(self.width, bool) or self.width < 1:
             raise DrafterError(f"token_recycling: width must be an integer >= 1, got "
                                f"{self.width!r}")
+        if self.record not in RECORDS:
+            raise DrafterError(f"token_recycling: record must be one of {RECORDS}, got "
+                               f"{self.record!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -259,6 +268,8 @@ class TokenRecyclingDrafter:
     # "text": the prompt's entries are filled from the prompt's text (first column; the
     # others stay junk until the output records them), so the prefill computes no top ids
     prompt: str = "top_ids"
+    # "tree": every verified node's top ids are recorded too (rejected ones included)
+    record: str = "path"
     name: str = "token_recycling"
     model_free: ClassVar[bool] = True  # drafts by lookup: no model runs per drafted token
     deterministic: bool = True
@@ -275,6 +286,11 @@ class TokenRecyclingDrafter:
         if self.from_text and self.width != 1:
             raise DrafterError(f"token_recycling: from_text keeps one successor per token "
                                f"(width 1), got width {self.width}")
+
+    @property
+    def tree_features(self) -> bool:
+        """``record="tree"``: the loop hands ``update`` every verified node's features."""
+        return self.record == "tree" and not self.from_text
 
     @property
     def features(self) -> FeatureSpec:
@@ -335,7 +351,7 @@ class TokenRecyclingDrafter:
                 top, ((0, 0), (0, self.max_k + 1 - top.shape[1]), (0, 0))))
         return skip_as_update(self, params, target, state, ctx, features)
 
-    def update(self, params, state, ctx, n_acc, tree, path, features):
+    def update(self, params, state, ctx, n_acc, tree, path, features, tree_features=None):
         # committed this step: the root (the step's pending token), then the accepted nodes
         B, D = path.shape
         # ctx is after the step: the root sat at the committed cache length, which grew by
@@ -358,7 +374,14 @@ class TokenRecyclingDrafter:
         toks = jnp.concatenate([root, nodes], axis=1)  # [B, D + 1]
         valid = (jnp.arange(D + 1)[None] <= n_acc[:, None]) & ctx.live[:, None] & (
             root_at[:, None] + jnp.arange(D + 1)[None] < ctx.seq_len[:, None])
-        return record(state, toks, features.top_ids, valid)
+        top = features.top_ids
+        if tree_features is not None:  # record="tree": every verified node first, the path
+            # last (the latest occurrence wins, so the contexts that happened win)
+            N = tree.tokens.shape[1]
+            toks = jnp.concatenate([tree.tokens, toks], axis=1)
+            top = jnp.concatenate([tree_features.top_ids[:, 1:N + 1], top], axis=1)
+            valid = jnp.concatenate([tree.valid & ctx.live[:, None], valid], axis=1)
+        return record(state, toks, top, valid)
 
 
     # ------------------------------------------------------------ the carried table
@@ -367,8 +390,12 @@ class TokenRecyclingDrafter:
         return self.memory is not None and not self.memory.per_call
 
     def describe_extra(self) -> dict:
-        """For results files: the carried table's mode, when there is one."""
-        return {} if self.memory is None else {"memory": self.memory.mode}
+        """For results files: the options off their defaults that change the drafts (a table
+        carried across calls, rejected nodes recorded)."""
+        out = {"memory": self.memory.mode} if self.learns_across_calls() else {}
+        if self.tree_features:
+            out["record"] = "tree"
+        return out
 
     def snapshot(self):
         m = self.memory
@@ -472,4 +499,5 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
                            f"needs width {cfg.width} over the target's {vocab}")
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
                                  vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt,
-                                 memory=memory, target=model if memory is not None else None)
+                                 record=cfg.record, memory=memory,
+                                 target=model if memory is not None else None)

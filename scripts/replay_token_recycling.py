@@ -1,0 +1,131 @@
+"""Replays Token Recycling's drafting offline over a benchmark journal's answers: cold tables
+(each question starts from junk) against a table carried from question to question (the
+paper's global table, ``memory=keep``), without timing anything.
+
+Greedy decoding commits plain decoding's tokens whatever is drafted, and the table's entry
+after a committed token is the target's top ids at that position. So one forward of the
+target over each question's prompt and answer (cached in ``--cache``) gives every entry the
+drafter would record; the replay then drafts the static tree from the pending token each
+step, accepts the longest root path whose tokens are the answer's next ones, records the
+root and the accepted nodes (the latest occurrence wins) and moves on, question by question
+in the journal's order. Printed per category: tokens per step (``1 + accepted``) with the
+whole tree drafted every step and with its first level only (the depth the default policy
+drafts most on a CPU), for
+
+* ``cold``: the prompt's entries from its text (``prompt=text``), junk elsewhere;
+* ``hot``: the table the earlier questions left, a prompt token's entry its successor in the
+  prompt then the carried candidates (what ``memory=keep`` does);
+* ``hot_nofill``: the carried table, the prompt's text left out (what the prompt fill buys).
+
+    python scripts/replay_token_recycling.py \\
+        docs/results/spec_bench_token_recycling_tree3221.journal.jsonl
+
+It replays the default policy's choices of depth no more than the rejected nodes' entries
+(the drafter records committed positions only): tokens per step are the drafts' quality,
+not a speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: int, V: int):
+    """``{question id: (category, steps, accepted, steps that accepted one or more)}``."""
+    junk = np.arange(W, dtype=np.int32)
+    hot = None
+    out = {}
+    for pid, cat, ans in order:
+        prompt, top = tops[pid]
+        P = len(prompt)
+        table = np.broadcast_to(junk, (V, W)).copy() if hot is None else hot.copy()
+        start = table.copy()
+        for i in range(P - 1):  # prompt=text, the latest occurrence winning
+            s = prompt[i + 1]
+            if hot is None:
+                table[prompt[i]] = np.concatenate([[s], junk[1:]])
+            elif mode != "hot_nofill":
+                row = list(start[prompt[i]])
+                table[prompt[i]] = ([s] + [x for x in row if x != s] + row)[:W]
+        n = len(ans)
+        c = steps = acc = acc1 = 0
+        while c < n - 1:
+            toks = []
+            for p, r in zip(parents, ranks):
+                toks.append(int(table[ans[c] if p < 0 else toks[p], r]))
+            cur, a = -1, 0
+            while c + a + 1 < n:
+                nxt = [i for i, (p, t) in enumerate(zip(parents, toks))
+                       if p == cur and t == ans[c + a + 1] and (cap is None or depth[i] <= cap)]
+                if not nxt:
+                    break
+                cur, a = nxt[0], a + 1
+            for j in range(a + 1):
+                table[ans[c + j]] = top[P + c + j]
+            steps, acc, acc1 = steps + 1, acc + a, acc1 + (a > 0)
+            c += a + 1
+        if mode != "cold":
+            hot = table
+        out[pid] = (cat, steps, acc, acc1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("journal", help="a batch-1 benchmark journal with an 'ar' run per question")
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--tree", default="levels:3.2.2.1")
+    ap.add_argument("--width", type=int, default=8)
+    ap.add_argument("--cache", default="/tmp/replay_token_recycling.pkl",
+                    help="the target's top ids per question, kept for later replays")
+    a = ap.parse_args(argv)
+
+    from specjax.bench.journal import read_journal
+    from specjax.bench.prompts import load_prompts
+    from specjax.tree import parse_tree, static_topology
+
+    header, groups = read_journal(a.journal)
+    items = {str(it["id"]): it for it in load_prompts(header["prompts"])}
+    order = []
+    for g in groups:
+        r = next(r for r in g["runs"] if r["method"] == "ar")
+        order += [(str(p), r["category"], t) for p, t in zip(r["prompt_ids"], r["tokens"])]
+    cache = Path(a.cache)
+    tops = pickle.loads(cache.read_bytes()) if cache.exists() else {}
+    todo = [o for o in order if o[0] not in tops or tops[o[0]][1].shape[1] < a.width]
+    if todo:
+        from tqdm import tqdm
+
+        from specjax._runtime import load_for_run
+        from specjax.drafters.token_recycling import teacher_top_ids
+
+        lm = load_for_run(a.model, "float32")
+        for n, (pid, _, ans) in enumerate(tqdm(todo, desc="top ids", unit="question")):
+            prompt = lm.tokenizer.encode_chat(items[pid]["prompt"])
+            tops[pid] = (prompt, teacher_top_ids(lm.model, prompt + ans, a.width))
+            if n % 10 == 9 or n == len(todo) - 1:
+                cache.write_bytes(pickle.dumps(tops))
+    V = 1 + max(int(max(t[1].max(), max(t[0]))) for t in tops.values())
+    V = max(V, max(max(ans, default=0) for _, _, ans in order) + 1)
+    tree = parse_tree(a.tree, k=16)
+    parents, ranks, depth = static_topology(tree, tree.depth)
+    for mode in ("cold", "hot", "hot_nofill"):
+        for cap in (1, None):
+            res = replay(order, tops, parents, ranks, depth, mode, cap, a.width, V)
+            by = {}
+            for cat, s, acc, acc1 in res.values():
+                by.setdefault(cat, np.zeros(3))[:] += (s, acc, acc1)
+            tot = sum(by.values())
+            print(f"{mode:10s} {'first level' if cap else 'whole tree':11s} tokens/step "
+                  f"{1 + tot[1] / tot[0]:.3f}  steps that accept {tot[2] / tot[0]:.3f}  "
+                  + " ".join(f"{c[:6]} {1 + b[1] / b[0]:.2f}" for c, b in sorted(by.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
