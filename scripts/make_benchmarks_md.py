@@ -532,6 +532,15 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_record_tree", "Token Recycling "
+                         "recording every verified node's top ids (record=tree, the paper's "
+                         "rule) against the committed path, both with the table carried "
+                         "from question to question, 130 Spec-Bench questions at batch 1 "
+                         "(2026-12-06, thirty-ninth session)"),
+                        ("bench_spec_bench_token_recycling_hot", "Token Recycling with its "
+                         "table carried from question to question (memory=keep, the paper's "
+                         "global table) against each question starting cold, 130 Spec-Bench "
+                         "questions at batch 1 (2026-12-06, thirty-ninth session)"),
                         ("bench_token_recycling_b4", "Token Recycling at batch 4: its "
                          "default (levels:3.2.2.1) and the old default tree levels:4.3.2.1, "
                          "52 questions as 13 batches of 4 (issue 23's robustness bar; "

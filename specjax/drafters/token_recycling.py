@@ -24,16 +24,17 @@ the target (greedy, the same entries along the output).
 
 ``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
 as the paper's global table does from request to request (a hot start): every row of the
-next batch starts from it instead of from junk. ``none`` (the default): each batch starts
-cold; ``call``: within one ``generate`` call; ``keep``: across calls in this process;
+next batch starts from it instead of from junk. ``none`` (the drafter's default; the
+``token_recycling`` method's is ``call``): each batch starts cold; ``call``: within one
+``generate`` call; ``keep``: across calls in this process;
 ``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
 vocabulary, tokenizer and width; another one, another format or a corrupt file is refused
 naming the file). With ``prompt="text"`` a prompt token's entry becomes its successor in the
 prompt followed by the carried entry's candidates (without that successor). After a batch
 each token's carried entry is the one of the first row that rewrote it (rows are padded
 with copies at the end of a batch, so a real row wins). Over the 130 Spec-Bench questions
-(one at a time, in order) a replay of the default tree's accepted tokens gives 1.64 tokens
-per step carried against 1.52 cold (docs/benchmarks_notes.md).
+at batch 1, carried from question to question, it ran at 1.25x of plain decoding where each
+question starting cold ran at 1.20x, 6% fewer forwards (docs/benchmarks_notes.md).
 
 The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
 The default tree (``levels:3.2.2.1``: 8 nodes, depth 4; for another ``k`` its first
