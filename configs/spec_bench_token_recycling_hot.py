@@ -1,8 +1,8 @@
 """Token Recycling with its table carried from question to question (`memory=keep`, the
 paper's global table: a hot start; `@hot`) against its default (each question starts cold)
 and plain decoding over the 130 Spec-Bench questions, interleaved: a replay of the default
-tree over the tree run's answers gave 1.64 accepted-plus-one tokens per step hot against 1.52
-cold. The questions run in the benchmark's order (category by category), the hot table
+tree over the tree run's answers gave 1.62 accepted-plus-one tokens per step hot against 1.52
+cold. The questions run in the benchmark's order (the categories taking turns), the hot table
 learning from every earlier answer; the bench times each run from the table as it was
 before the question. The settings of configs/spec_bench_model_free_3.py: 10 questions per
 category, 128 new tokens, greedy, batch 1, float32, one run each. Journaled: `specjax bench
