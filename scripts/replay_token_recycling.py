@@ -32,7 +32,10 @@ import pickle
 import sys
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
+
+from specjax.drafters.token_recycling import text_fill
 
 
 def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: int, V: int):
@@ -44,14 +47,13 @@ def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: in
         prompt, top = tops[pid]
         P = len(prompt)
         table = np.broadcast_to(junk, (V, W)).copy() if hot is None else hot.copy()
-        start = table.copy()
-        for i in range(P - 1):  # prompt=text, the latest occurrence winning
-            s = prompt[i + 1]
-            if hot is None:
-                table[prompt[i]] = np.concatenate([[s], junk[1:]])
-            elif mode != "hot_nofill":
-                row = list(start[prompt[i]])
-                table[prompt[i]] = ([s] + [x for x in row if x != s] + row)[:W]
+        if P > 1 and (hot is None or mode != "hot_nofill"):  # prompt=text
+            succ = np.asarray(prompt[1:], np.int32)
+            filled = (np.concatenate([succ[:, None], np.broadcast_to(junk[1:], (P - 1, W - 1))],
+                                     axis=1) if hot is None else  # the drafter's own fill
+                      np.asarray(text_fill(jnp.asarray(hot[prompt[:-1]]), jnp.asarray(succ))))
+            for i in range(P - 1):  # the latest occurrence wins
+                table[prompt[i]] = filled[i]
         n = len(ans)
         c = steps = acc = acc1 = 0
         while c < n - 1:
