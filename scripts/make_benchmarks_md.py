@@ -532,6 +532,11 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_prior", "Token Recycling "
+                         "starting from the table shipped for SmolLM2 (prior=shipped: each "
+                         "token's most frequent successors in the model's own answers to "
+                         "varied prompts) against starting from junk, 130 Spec-Bench "
+                         "questions at batch 1 (2026-12-06, fortieth session)"),
                         ("bench_spec_bench_token_recycling_record_tree", "Token Recycling "
                          "recording every verified node's top ids (record=tree, the paper's "
                          "rule) against the committed path, both with the table carried "

@@ -15,10 +15,15 @@ drafts most on a CPU), for
 * ``cold``: the prompt's entries from its text (``prompt=text``), junk elsewhere;
 * ``hot``: the table the earlier questions left, a prompt token's entry its successor in the
   prompt then the carried candidates (what ``memory=keep`` does);
-* ``hot_nofill``: the carried table, the prompt's text left out (what the prompt fill buys).
+* ``hot_nofill``: the carried table, the prompt's text left out (what the prompt fill buys);
+* with ``--start FILE.npz`` (a table file, e.g. the shipped prior) also ``prior``: every
+  question starts from that table instead of junk (``prior=FILE``; at batch 1 the same with
+  any ``memory`` but ``keep``), and ``prior_hot``: carried from question to question from it
+  (``memory=keep``).
 
     python scripts/replay_token_recycling.py \\
-        docs/results/spec_bench_token_recycling_tree3221.journal.jsonl
+        docs/results/spec_bench_token_recycling_tree3221.journal.jsonl \\
+        --start specjax/drafters/data/smollm2-135m.token_recycling.npz
 
 It replays the default policy's choices of depth no more than the rejected nodes' entries
 (the drafter records committed positions only): tokens per step are the drafts' quality,
@@ -38,10 +43,12 @@ import numpy as np
 from specjax.drafters.token_recycling import text_fill
 
 
-def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: int, V: int):
-    """``{question id: (category, steps, accepted, steps that accepted one or more)}``."""
+def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: int, V: int,
+           start=None):
+    """``{question id: (category, steps, accepted, steps that accepted one or more)}``;
+    ``start``: the table every question starts from (``prior*`` modes) instead of junk."""
     junk = np.arange(W, dtype=np.int32)
-    hot = None
+    hot = start if mode.startswith("prior") else None
     out = {}
     for pid, cat, ans in order:
         prompt, top = tops[pid]
@@ -71,10 +78,22 @@ def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: in
                 table[ans[c + j]] = top[P + c + j]
             steps, acc, acc1 = steps + 1, acc + a, acc1 + (a > 0)
             c += a + 1
-        if mode != "cold":
+        if mode not in ("cold", "prior"):
             hot = table
         out[pid] = (cat, steps, acc, acc1)
     return out
+
+
+def _vocab(path) -> int:
+    """The vocabulary size a table file says it has (``read_table`` checks the rest)."""
+    import json
+
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return int(json.loads(bytes(z["header"]).decode())["vocab_size"])
+    except Exception as e:
+        raise SystemExit(f"{path} is not a token_recycling table file ({type(e).__name__}: "
+                         f"{e})") from None
 
 
 def main(argv=None) -> int:
@@ -85,6 +104,9 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--cache", default="/tmp/replay_token_recycling.pkl",
                     help="the target's top ids per question, kept for later replays")
+    ap.add_argument("--start", default=None,
+                    help="a token_recycling table file (.npz): also replay 'prior' (every "
+                         "question starts from it) and 'prior_hot' (carried on from it)")
     a = ap.parse_args(argv)
 
     from specjax.bench.journal import read_journal
@@ -116,9 +138,18 @@ def main(argv=None) -> int:
     V = max(V, max(max(ans, default=0) for _, _, ans in order) + 1)
     tree = parse_tree(a.tree, k=16)
     parents, ranks, depth = static_topology(tree, tree.depth)
-    for mode in ("cold", "hot", "hot_nofill"):
+    start, modes = None, ("cold", "hot", "hot_nofill")
+    if a.start:
+        from specjax.drafters.token_recycling import fit_width, read_table
+
+        start = fit_width(read_table(a.start, _vocab(a.start), None)[1], a.width)
+        if start.shape[0] < V:
+            raise SystemExit(f"{a.start} is a table over {start.shape[0]} tokens; the journal "
+                             f"holds ids up to {V - 1}")
+        V, modes = start.shape[0], modes + ("prior", "prior_hot")
+    for mode in modes:
         for cap in (1, None):
-            res = replay(order, tops, parents, ranks, depth, mode, cap, a.width, V)
+            res = replay(order, tops, parents, ranks, depth, mode, cap, a.width, V, start)
             by = {}
             for cat, s, acc, acc1 in res.values():
                 by.setdefault(cat, np.zeros(3))[:] += (s, acc, acc1)

@@ -41,12 +41,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # the LM head over the whole prompt (rag 0.91x -> 1.04x, summarization 0.93x -> 0.99x).
     # Its tree (the drafter's default, levels:3.2.2.1 since 2026-12-06) starts with a level
     # that fits the 4-token verify bucket: 1.19x over the 130 questions, where levels:4.3.2.1
-    # gave 1.04x (configs/spec_bench_token_recycling_tree3221.py). Its table is carried
-    # from batch to batch within a generate call (memory=call, since 2026-12-06: the paper's
-    # global table; carried from question to question over Spec-Bench, memory=keep, it ran
-    # fewer forwards than each question starting cold: configs/spec_bench_token_recycling_hot.py)
+    # gave 1.04x (configs/spec_bench_token_recycling_tree3221.py). Every row starts from the
+    # table shipped for the target (prior=shipped, the drafter's default since 2026-12-06:
+    # configs/spec_bench_token_recycling_prior.py); where none is shipped its table is carried
+    # from batch to batch within a generate call (memory=auto; carried from question to
+    # question over Spec-Bench it ran fewer forwards than each question starting from junk:
+    # configs/spec_bench_token_recycling_hot.py, but replayed it loses against the prior)
     "token_recycling": {"policy": "adaptive", "idle_decay": UNTRAINED_IDLE_DECAY,
-                        "prompt": "text", "memory": "call"},
+                        "prompt": "text", "memory": "auto"},
     "early_exit": {"k": 3},
     "layer_skip": {"k": 3},
     "draft_model": {"k": 3},

@@ -432,7 +432,7 @@ def test_hot_start_file(target, prompts, plain, tmp_path):
              table=np.zeros((V, 8), np.int32))
     with pytest.raises(DrafterError, match="not a specjax-recycling-table file"):
         drafters.make("token_recycling", target, memory=str(bad))
-    with pytest.raises(DrafterError, match="memory must be none, call, keep or a file path"):
+    with pytest.raises(DrafterError, match="memory must be none, call, keep, auto or a file path"):
         drafters.make("token_recycling", target, memory="sometimes")
 
 
@@ -446,3 +446,100 @@ def test_bad_options(target):
         drafters.make("token_recycling", target, tree="dynamic:width=2,nodes=4", k=2)
     with pytest.raises(DrafterError, match="top_ids must be an integer >= 0"):
         FeatureSpec(top_ids=-1)
+
+
+def test_successor_table():
+    """Each token's most frequent successors where the successor is kept (ties to the
+    smaller id), junk past its distinct successors; ids outside the vocabulary refused."""
+    from specjax.drafters.token_recycling import successor_table
+
+    docs = [([1, 2, 3, 1, 2, 4], [1] * 6), ([1, 3, 5, 3], [0, 1, 0, 1]),
+            ([4, 5, 4, 5, 4, 1, 4, 0, 4, 2], [1] * 10)]
+    # kept pairs: 1->2 x2, 2->3, 3->1, 2->4 (doc 1); 1->3, 5->3 (doc 2: 3->5 is not kept);
+    # 4->5 x2, 5->4 x2, 4->1, 1->4, 4->0, 0->4, 4->2 (doc 3)
+    t = successor_table(docs, 6, 3)
+    assert t.dtype == np.int32 and t.shape == (6, 3)
+    assert t[1].tolist() == [2, 3, 4]  # the most frequent first, then ties by id
+    assert t[5].tolist() == [4, 3, 2]  # 4 (twice) before 3 (once); junk in the last column
+    assert t[3].tolist() == [1, 1, 2]  # the pair 3->5 was not kept
+    assert t[4].tolist() == [5, 0, 1]  # four successors, the width keeps three
+    assert t[2].tolist() == [3, 4, 2] and t[0].tolist() == [4, 1, 2]
+    assert (successor_table([], 6, 3) == np.arange(3)).all()
+    with pytest.raises(DrafterError, match=r"token ids outside \[0, 6\)"):
+        successor_table([([0, 6], [1, 1])], 6, 3)
+    with pytest.raises(DrafterError, match="document 0 has 3 tokens but 2 keep flags"):
+        successor_table([([0, 1, 2], [1, 1])], 6, 3)
+
+
+def test_prior_table(target, prompts, plain, tmp_path):
+    """``prior=FILE.npz``: every row starts from the file's table (greedy: the same tokens,
+    more accepted than from junk); ``memory=call`` starts each call from it again; another
+    width is cut or padded with junk; a bad prior is refused naming it. A target without a
+    shipped table (the tiny one has no tokenizer) starts from junk under ``shipped``."""
+    from specjax.drafters.token_recycling import FORMAT, VERSION, successor_table, write_table
+
+    V = target.cfg.vocab_size
+    table = successor_table([(p + o, [0] * len(p) + [1] * len(o)) for p, o in zip(prompts, plain)],
+                            V, 8)
+    path = tmp_path / "prior.npz"
+    header = {"format": FORMAT, "version": VERSION, "width": 8, "vocab_size": V,
+              "tokenizer": None}
+    write_table(path, header, table, compressed=True)
+    runs = {}
+    for name, prior in (("prior", str(path)), ("cold", "shipped")):
+        m = methods.build("token_recycling", target, {"policy": "fixed", "prior": prior})
+        assert m.drafter.describe_extra() == ({"prior": str(path)} if name == "prior" else {})
+        runs[name] = generate(target, prompts, max_new_tokens=14, drafter=m.drafter,
+                              policy=m.policy, batch_size=4)
+        assert runs[name].tokens == plain
+    assert sum(runs["prior"].extra["accepted"]) > sum(runs["cold"].extra["accepted"])
+    assert (m.drafter.prior is None) and (m.drafter.prior_name is None)
+    c = methods.build("token_recycling", target, {"policy": "fixed", "prior": str(path),
+                                                  "memory": "call"})
+    assert generate(target, prompts, max_new_tokens=14, drafter=c.drafter, policy=c.policy,
+                    batch_size=4).tokens == plain
+    seen = np.zeros(V, bool)
+    for p, o in zip(prompts, plain):
+        seen[p + o] = True
+    carried = c.drafter.memory.table  # from the prior: the tokens no row saw keep its entries
+    assert (carried[~seen] == table[~seen]).all() and (carried[seen] != table[seen]).any()
+    d = drafters.make("token_recycling", target, prior=str(path), memory="call")
+    assert (np.asarray(d.params()) == table).all()
+    d.memory.table = np.zeros_like(table)  # a carried table, forgotten at the next call
+    d.begin_call()
+    assert (np.asarray(d.params()) == table).all()
+    assert (drafters.make("token_recycling", target, prior=str(path), width=4,
+                          tree="levels:2.1").prior == table[:, :4]).all()
+    wide = drafters.make("token_recycling", target, prior=str(path), width=12).prior
+    assert (wide[:, :8] == table).all() and (wide[:, 8:] == np.arange(8, 12)).all()
+    assert drafters.make("token_recycling", target, prior="none").params() is None
+    # memory=auto (the method's default): none from a prior, call from junk
+    assert drafters.make("token_recycling", target, prior=str(path), memory="auto").memory is None
+    assert drafters.make("token_recycling", target, memory="auto").memory.per_call
+    assert methods.build("token_recycling", target, {}).drafter.memory.per_call
+    with pytest.raises(DrafterError, match="prior must be shipped, none or a file path"):
+        drafters.make("token_recycling", target, prior="table.txt")
+    with pytest.raises(DrafterError, match="prior .*missing.npz does not exist"):
+        drafters.make("token_recycling", target, prior=str(tmp_path / "missing.npz"))
+    write_table(path, dict(header, vocab_size=V + 1), np.zeros((V + 1, 8), np.int32))
+    with pytest.raises(DrafterError, match="prior.npz was written for another configuration: "
+                                           f"vocab_size {V + 1} in the file, {V} here"):
+        drafters.make("token_recycling", target, prior=str(path))
+
+
+@pytest.mark.real_model
+def test_shipped_prior_for_smollm2(smollm2):
+    """SmolLM2 finds the table shipped for it (bound to its vocabulary and tokenizer): most
+    frequent successors in its own answers, the first column its greedy choice."""
+    d = drafters.make("token_recycling", smollm2)
+    assert d.prior_name == "shipped:smollm2-135m.token_recycling.npz"
+    assert d.prior.shape == (smollm2.model.cfg.vocab_size, 8)
+    filled = np.any(d.prior != np.arange(8), axis=1)
+    assert filled.sum() > 10_000
+    tok = smollm2.tokenizer
+    ids = tok.encode_chat("Name the capital of France.")
+    out = generate(smollm2.model, [ids], max_new_tokens=32, batch_size=1,
+                   eos_ids=tok.eos_ids).tokens[0]
+    # the prior's entries for the answer's tokens: many hold the greedy successor (junk none)
+    hits = sum(int(b in d.prior[a]) for a, b in zip(out[:-1], out[1:]))
+    assert hits >= (len(out) - 1) // 3, (out, hits)

@@ -17,16 +17,19 @@ pass's features along the accepted path). The paper also recycles the rejected n
 candidates, whose contexts did not happen: ``record="tree"`` does so too (every verified
 node's top ids, then the root's and the accepted nodes' over them); ``record="path"``, the
 default, leaves them out. When a token occurs several times, its latest occurrence wins.
-Entries never filled hold ``0, 1, ..., width - 1`` (junk that verification rejects). With
+Entries never filled hold the prior's (below), else ``0, 1, ..., width - 1`` (junk that
+verification rejects). With
 ``from_text`` (width 1, the ``ngram`` drafter's default source) an entry is instead the
 token that followed ``t`` in the row's own text, prompt and output: no top ids are asked of
 the target (greedy, the same entries along the output).
 
 ``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
 as the paper's global table does from request to request (a hot start): every row of the
-next batch starts from it instead of from junk. ``none`` (the drafter's default; the
-``token_recycling`` method's is ``call``): each batch starts cold; ``call``: within one
-``generate`` call; ``keep``: across calls in this process;
+next batch starts from it instead of from the prior or junk. ``none`` (the drafter's
+default): each batch starts from the prior (junk without one); ``call``: within one
+``generate`` call; ``keep``: across calls in this process; ``auto`` (the
+``token_recycling`` method's default): ``none`` where the drafter has a prior, ``call``
+where it has not;
 ``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
 vocabulary, tokenizer and width; another one, another format or a corrupt file is refused
 naming the file). With ``prompt="text"`` a prompt token's entry becomes its successor in the
@@ -34,7 +37,23 @@ prompt followed by the carried entry's candidates (without that successor). Afte
 each token's carried entry is the one of the first row that rewrote it (rows are padded
 with copies at the end of a batch, so a real row wins). Over the 130 Spec-Bench questions
 at batch 1, carried from question to question, it ran at 1.25x of plain decoding where each
-question starting cold ran at 1.20x, 6% fewer forwards (docs/benchmarks_notes.md).
+question starting from junk ran at 1.20x, 6% fewer forwards (docs/benchmarks_notes.md).
+
+``prior`` is the table a row starts from while nothing is carried (and what ``memory``
+starts from): ``shipped`` (the default) is the table shipped for the target, found by its
+vocabulary and tokenizer (none for other models: junk), ``none`` is junk, ``FILE.npz`` a
+table file (the format ``memory`` saves; another width is cut, or padded with junk). The one
+shipped for SmolLM2-135M (``data/smollm2-135m.token_recycling.npz``, 0.2 MB,
+scripts/build_token_recycling_table.py) holds each token's 16 most frequent successors in the
+model's own greedy answers to the 8,192 prompts of its self-distillation corpus (no
+Spec-Bench prompt among them): a greedy answer's next token is the target's first choice
+there, so an entry's first column is the choice the target made most often after that
+token. A row overwrites an entry with the target's own candidates as soon as the target
+proposes them after that token (the paper's rule; with ``prompt="text"`` a prompt token's
+entry becomes its successor in the prompt followed by the prior's candidates). Replayed over
+the Spec-Bench answers, carrying a table from question to question then loses against
+starting each from the prior (1.71 accepted-plus-one tokens per step against 1.78: the
+latest context's candidates replace the most frequent ones), hence ``memory=auto``.
 
 The drafts are deterministic, so sampling uses the deterministic-candidate rule: lossless.
 The default tree (``levels:3.2.2.1``: 8 nodes, depth 4; for another ``k`` its first
@@ -54,6 +73,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -97,6 +118,7 @@ PROMPT_FILLS = ("top_ids", "text")
 RECORDS = ("path", "tree")
 FORMAT = "specjax-recycling-table"
 VERSION = 1
+SHIPPED = Path(__file__).parent / "data"  # tables shipped for models (``prior=shipped``)
 
 
 def text_fill(rows, succ):
@@ -118,6 +140,37 @@ def merge_rows(start, tables):
     first = jnp.argmax(changed, axis=0)
     picked = tables[first, jnp.arange(start.shape[0])]
     return jnp.where(jnp.any(changed, axis=0)[:, None], picked, start)
+
+
+def successor_table(docs, vocab_size: int, width: int) -> np.ndarray:
+    """A table ``int32[vocab_size, width]`` of every token's ``width`` most frequent
+    successors in ``docs`` (pairs of int arrays ``(tokens, keep)``: a pair ``tokens[i] ->
+    tokens[i + 1]`` counts where ``keep[i + 1]``; ties go to the smaller id); junk
+    (``0, 1, ...``) past a token's distinct successors. Built over the target's own greedy
+    answers, an entry's first column is the token the target most often chose after it: a
+    start for every row that has seen nothing yet (``prior``)."""
+    keys = []
+    for n, (tokens, keep) in enumerate(docs):
+        t = np.asarray(tokens, np.int64)
+        k = np.asarray(keep, bool)[1:]
+        if t.ndim != 1 or k.size != max(t.size - 1, 0):
+            raise DrafterError(f"token_recycling: document {n} has {t.size} tokens but "
+                               f"{k.size + 1} keep flags")
+        if t.size and (t.min() < 0 or t.max() >= vocab_size):
+            raise DrafterError(f"token_recycling: token ids outside [0, {vocab_size}) in the "
+                               "documents")
+        keys.append(t[:-1][k] * vocab_size + t[1:][k])
+    table = np.broadcast_to(np.arange(width, dtype=np.int32), (vocab_size, width)).copy()
+    if not keys:
+        return table
+    uniq, counts = np.unique(np.concatenate(keys), return_counts=True)
+    a, b = uniq // vocab_size, uniq % vocab_size
+    order = np.lexsort((b, -counts, a))  # by token, then by count (most first), then by id
+    a, b = a[order], b[order]
+    rank = np.arange(a.size) - np.searchsorted(a, a, side="left")
+    top = rank < width
+    table[a[top], rank[top]] = b[top]
+    return table
 
 
 @functools.partial(jax.jit, static_argnums=(0, 3))
@@ -157,15 +210,20 @@ class RecyclingMemory:
     table: np.ndarray | None = None
     batches: int = 0
     per_call: bool = False
+    # the table a batch starts from while nothing is carried yet (the drafter's ``prior``)
+    base: np.ndarray | None = None
 
     @property
     def mode(self) -> str:
         return "call" if self.per_call else ("keep" if self.path is None else "file")
 
     def start(self) -> np.ndarray:
-        """The table the next batch starts from (junk where nothing was learnt yet)."""
+        """The table the next batch starts from: the carried one, else ``base`` (the
+        drafter's prior), else junk."""
         if self.table is not None:
             return self.table
+        if self.base is not None:
+            return self.base
         return np.broadcast_to(np.arange(self.width, dtype=np.int32),
                                (self.vocab_size, self.width))
 
@@ -179,48 +237,66 @@ class RecyclingMemory:
         if self.table is None:
             raise DrafterError("token_recycling: nothing to save yet (no batch has been "
                                "decoded)")
-        with replacing(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, header=np.frombuffer(json.dumps(self.header()).encode(), np.uint8),
-                     table=np.asarray(self.table, np.int32))
-        return path
+        return write_table(path, self.header(), self.table)
 
     @classmethod
     def load(cls, path: str | Path, width: int, vocab_size: int,
              tokenizer: str | None) -> "RecyclingMemory":
-        path = Path(path)
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                header = json.loads(bytes(z["header"]).decode())
-                table = np.asarray(z["table"])
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
-                UnicodeDecodeError, EOFError) as e:
-            raise DrafterError(f"token_recycling: {path} is not a readable table file "
-                               f"({type(e).__name__}: {e})") from None
-        if not isinstance(header, dict) or header.get("format") != FORMAT or \
-                header.get("version") != VERSION:
-            got = header if not isinstance(header, dict) else (
-                f"{header.get('format')!r} version {header.get('version')!r}")
-            raise DrafterError(f"token_recycling: {path} is not a {FORMAT} file of version "
-                               f"{VERSION} (found {got})")
-        bad = {k: (header.get(k), v) for k, v in (("width", width), ("vocab_size", vocab_size))
-               if header.get(k) != v}
-        if bad:
-            raise DrafterError(f"token_recycling: {path} was written for another "
-                               "configuration: " + ", ".join(
-                                   f"{k} {a!r} in the file, {b!r} here"
-                                   for k, (a, b) in bad.items()))
-        if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
-            raise DrafterError(f"token_recycling: {path} was written with another tokenizer "
-                               f"({header['tokenizer']} vs {tokenizer}): its token ids mean "
-                               "other text")
-        if table.shape != (vocab_size, width) or table.dtype != np.int32:
-            raise DrafterError(f"token_recycling: {path}: the table is {table.dtype} "
-                               f"{table.shape}, expected int32 {(vocab_size, width)} "
-                               "(truncated or corrupt)")
-        if table.size and (table.min() < 0 or table.max() >= vocab_size):
-            raise DrafterError(f"token_recycling: {path}: token ids outside [0, {vocab_size}) "
-                               "(corrupt)")
-        return cls(width, vocab_size, tokenizer, path, table, int(header.get("batches", 0)))
+        header, table = read_table(path, vocab_size, tokenizer, width)
+        return cls(width, vocab_size, tokenizer, Path(path), table,
+                   int(header.get("batches", 0)))
+
+
+def write_table(path: str | Path, header: dict, table, *, compressed: bool = False) -> Path:
+    """Writes a table file (``header`` as JSON, ``table`` as int32) atomically."""
+    path = Path(path)
+    save = np.savez_compressed if compressed else np.savez
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        save(f, header=np.frombuffer(json.dumps(header).encode(), np.uint8),
+             table=np.asarray(table, np.int32))
+    return path
+
+
+def read_table(path: str | Path, vocab_size: int, tokenizer: str | None,
+               width: int | None = None) -> tuple[dict, np.ndarray]:
+    """``(header, table)`` of a table file, checked (format, version, vocabulary, tokenizer,
+    shape, ids; the width too unless ``width`` is None); a bad one is refused naming it."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(bytes(z["header"]).decode())
+            table = np.asarray(z["table"])
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+            UnicodeDecodeError, EOFError) as e:
+        raise DrafterError(f"token_recycling: {path} is not a readable table file "
+                           f"({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT or \
+            header.get("version") != VERSION:
+        got = header if not isinstance(header, dict) else (
+            f"{header.get('format')!r} version {header.get('version')!r}")
+        raise DrafterError(f"token_recycling: {path} is not a {FORMAT} file of version "
+                           f"{VERSION} (found {got})")
+    if width is None:
+        width = header.get("width")
+    bad = {k: (header.get(k), v) for k, v in (("width", width), ("vocab_size", vocab_size))
+           if header.get(k) != v}
+    if bad:
+        raise DrafterError(f"token_recycling: {path} was written for another "
+                           "configuration: " + ", ".join(
+                               f"{k} {a!r} in the file, {b!r} here"
+                               for k, (a, b) in bad.items()))
+    if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
+        raise DrafterError(f"token_recycling: {path} was written with another tokenizer "
+                           f"({header['tokenizer']} vs {tokenizer}): its token ids mean "
+                           "other text")
+    if table.shape != (vocab_size, width) or table.dtype != np.int32:
+        raise DrafterError(f"token_recycling: {path}: the table is {table.dtype} "
+                           f"{table.shape}, expected int32 {(vocab_size, width)} "
+                           "(truncated or corrupt)")
+    if table.size and (table.min() < 0 or table.max() >= vocab_size):
+        raise DrafterError(f"token_recycling: {path}: token ids outside [0, {vocab_size}) "
+                           "(corrupt)")
+    return header, table
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,9 +318,17 @@ class TokenRecyclingConfig:
                 "first, as the paper does)"})
     memory: str | None = dataclasses.field(default=None, metadata={
         "help": "the table carried to the next batch (a hot start): none (default): every "
-                "batch starts cold | call: within one generate call | keep: across calls in "
+                "batch starts from the prior (junk without one) | call: within one generate "
+                "call | keep: across calls in "
                 "this process | FILE.npz: also saved there after every batch, loaded next "
-                "time"})
+                "time | auto (the method's default): none where the drafter starts from a "
+                "prior, call where it does not"})
+    prior: str | None = dataclasses.field(default="shipped", metadata={
+        "help": "the table a row starts from before it has learnt anything: shipped "
+                "(default): the one shipped for the target (each token's most frequent "
+                "successors in the target's own answers to varied prompts; none for other "
+                "models) | none: junk | FILE.npz: a table file (another width is cut, or "
+                "padded with junk)"})
 
     def __post_init__(self):
         check_k(self.k)
@@ -279,6 +363,11 @@ class TokenRecyclingDrafter:
     memory: RecyclingMemory | None = dataclasses.field(default=None, compare=False,
                                                        hash=False, repr=False)
     target: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+    # the table a row starts from while nothing is carried (``prior``; None: junk), and the
+    # name it is described by
+    prior: np.ndarray | None = dataclasses.field(default=None, compare=False, hash=False,
+                                                 repr=False)
+    prior_name: str | None = dataclasses.field(default=None, compare=False, hash=False)
 
     def __post_init__(self):
         if self.prompt not in PROMPT_FILLS:
@@ -302,15 +391,18 @@ class TokenRecyclingDrafter:
         return FeatureSpec() if self.prompt == "text" else self.features
 
     def params(self):
-        """The carried table (``memory``) every row starts from, or None (cold)."""
-        return None if self.memory is None else jnp.asarray(self.memory.start())
+        """The table every row starts from: the carried one (``memory``), else the prior,
+        else None (junk)."""
+        if self.memory is not None:
+            return jnp.asarray(self.memory.start())
+        return None if self.prior is None else jnp.asarray(self.prior)
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         B, P = prompt_tokens.shape
         junk = jnp.arange(self.width, dtype=jnp.int32)
         if params is None:
             table = jnp.broadcast_to(junk, (B, self.vocab_size, self.width))
-        else:  # a hot start: the carried table
+        else:  # a hot start: the carried table, or the prior
             table = jnp.broadcast_to(params[None], (B,) + params.shape)
         if self.from_text or self.prompt == "text":  # prompt[i] -> prompt[i + 1]
             nxt = jnp.concatenate([prompt_tokens[:, 1:], prompt_tokens[:, :1]], axis=1)
@@ -391,9 +483,11 @@ class TokenRecyclingDrafter:
         return self.memory is not None and not self.memory.per_call
 
     def describe_extra(self) -> dict:
-        """For results files: the options off their defaults that change the drafts (a table
-        carried across calls, rejected nodes recorded)."""
+        """For results files: the options that change the drafts beyond the tree (a table
+        carried across calls, the table a row starts from, rejected nodes recorded)."""
         out = {"memory": self.memory.mode} if self.learns_across_calls() else {}
+        if self.prior_name is not None:
+            out["prior"] = self.prior_name
         if self.tree_features:
             out["record"] = "tree"
         return out
@@ -407,7 +501,8 @@ class TokenRecyclingDrafter:
             self.memory.table, self.memory.batches = snap
 
     def begin_call(self) -> None:
-        """At the start of a ``generate`` call: ``memory=call`` starts cold."""
+        """At the start of a ``generate`` call: ``memory=call`` starts from the prior again
+        (junk without one)."""
         if self.memory is not None and self.memory.per_call:
             self.memory.table, self.memory.batches = None, 0
 
@@ -477,7 +572,13 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
                                f"children, more than the table's width {cfg.width}")
     model = getattr(target_lm, "model", target_lm)
     vocab, tok = target_ids(target_lm)
+    prior, prior_name = _resolve_prior(cfg.prior, cfg.width, vocab, tok)
     memory = cfg.memory
+    if isinstance(memory, str) and memory.strip().lower() == "auto":
+        # carried, a table's entries are the latest context's candidates, which lose against
+        # a prior's most frequent successors (replayed over Spec-Bench: 1.71 tokens per step
+        # against 1.78) but win against junk (1.62 against 1.52)
+        memory = "none" if prior is not None else "call"
     if isinstance(memory, str) and memory.strip().lower() in ("", "none"):
         memory = None
     if isinstance(memory, str):
@@ -487,8 +588,8 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
         else:
             path = Path(memory)
             if path.suffix != ".npz":
-                raise DrafterError(f"token_recycling: memory must be none, call, keep or a "
-                                   f"file path ending in .npz, got {memory!r}")
+                raise DrafterError(f"token_recycling: memory must be none, call, keep, auto "
+                                   f"or a file path ending in .npz, got {memory!r}")
             memory = (RecyclingMemory.load(path, cfg.width, vocab, tok) if path.exists() else
                       RecyclingMemory(cfg.width, vocab, tok, path=path))
     elif memory is not None and not isinstance(memory, RecyclingMemory):
@@ -498,7 +599,67 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
         raise DrafterError(f"token_recycling: the RecyclingMemory holds a table of width "
                            f"{memory.width} over {memory.vocab_size} tokens; this drafter "
                            f"needs width {cfg.width} over the target's {vocab}")
+    if memory is not None:  # what it starts from while nothing is carried (or after a call)
+        memory.base = prior
+    if memory is not None and memory.path is not None and memory.table is not None:
+        prior_name = None  # a saved table: the prior never shows
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
                                  vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt,
                                  record=cfg.record, memory=memory,
-                                 target=model if memory is not None else None)
+                                 target=model if memory is not None else None,
+                                 prior=prior, prior_name=prior_name)
+
+
+def shipped_table(vocab_size: int, tokenizer: str | None) -> Path | None:
+    """The table file shipped for a target of this vocabulary and tokenizer, or None."""
+    if tokenizer is None or not SHIPPED.is_dir():
+        return None
+    for path in sorted(SHIPPED.glob("*.token_recycling.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                header = json.loads(bytes(z["header"]).decode())
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+                UnicodeDecodeError, EOFError) as e:
+            warnings.warn(f"token_recycling: the shipped table {path} cannot be read "
+                          f"({type(e).__name__}: {e}); rows start from junk", stacklevel=2)
+            continue
+        if isinstance(header, dict) and header.get("vocab_size") == vocab_size and \
+                header.get("tokenizer") == tokenizer:
+            return path
+    return None
+
+
+def fit_width(table: np.ndarray, width: int) -> np.ndarray:
+    """``table``'s first ``width`` columns, padded with junk (``W, W + 1, ...``) if fewer."""
+    W = table.shape[1]
+    if width <= W:
+        return np.ascontiguousarray(table[:, :width])
+    pad = np.broadcast_to(np.arange(W, width, dtype=np.int32) % table.shape[0],
+                          (table.shape[0], width - W))
+    return np.concatenate([table, pad], axis=1)
+
+
+def _resolve_prior(prior, width: int, vocab: int, tok: str | None):
+    """``(table or None, its name for describe or None)`` of the ``prior`` option."""
+    if isinstance(prior, os.PathLike):
+        prior = os.fspath(prior)
+    if prior is None or (isinstance(prior, str) and prior.strip().lower() in ("", "none")):
+        return None, None
+    if not isinstance(prior, str):
+        raise DrafterError(f"token_recycling: prior must be shipped, none or a file path "
+                           f"ending in .npz, got a {type(prior).__name__}: {prior!r}")
+    if prior.strip().lower() == "shipped":
+        path = shipped_table(vocab, tok)
+        if path is None:
+            return None, None
+        name = f"shipped:{path.name}"
+    else:
+        path = Path(prior)
+        if path.suffix != ".npz":
+            raise DrafterError(f"token_recycling: prior must be shipped, none or a file path "
+                               f"ending in .npz, got {prior!r}")
+        if not path.exists():
+            raise DrafterError(f"token_recycling: prior {path} does not exist")
+        name = str(path)
+    _, table = read_table(path, vocab, tok)
+    return fit_width(table, width), name
