@@ -532,6 +532,9 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_token_recycling_prior_b4", "Token Recycling's default "
+                         "(from the shipped table) at batch 4: 52 questions as 13 batches of "
+                         "4 (issue 23's robustness bar; 2026-12-06, fortieth session)"),
                         ("bench_spec_bench_token_recycling_prior", "Token Recycling "
                          "starting from the table shipped for SmolLM2 (prior=shipped: each "
                          "token's most frequent successors in the model's own answers to "

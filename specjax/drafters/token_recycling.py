@@ -601,8 +601,6 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
                            f"needs width {cfg.width} over the target's {vocab}")
     if memory is not None:  # what it starts from while nothing is carried (or after a call)
         memory.base = prior
-    if memory is not None and memory.path is not None and memory.table is not None:
-        prior_name = None  # a saved table: the prior never shows
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
                                  vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt,
                                  record=cfg.record, memory=memory,
