@@ -18,10 +18,9 @@ candidates, whose contexts did not happen: ``record="tree"`` does so too (every 
 node's top ids, then the root's and the accepted nodes' over them); ``record="path"``, the
 default, leaves them out. When a token occurs several times, its latest occurrence wins.
 Entries never filled hold the prior's (below), else ``0, 1, ..., width - 1`` (junk that
-verification rejects). With
-``from_text`` (width 1, the ``ngram`` drafter's default source) an entry is instead the
-token that followed ``t`` in the row's own text, prompt and output: no top ids are asked of
-the target (greedy, the same entries along the output).
+verification rejects). With ``from_text`` (width 1, a source of the ``ngram`` drafter)
+an entry is instead the token that followed ``t`` in the row's own text, prompt and output:
+no top ids are asked of the target (greedy, the same entries along the output).
 
 ``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
 as the paper's global table does from request to request (a hot start): every row of the
@@ -29,8 +28,7 @@ next batch starts from it instead of from the prior or junk. ``none`` (the draft
 default): each batch starts from the prior (junk without one); ``call``: within one
 ``generate`` call; ``keep``: across calls in this process; ``auto`` (the
 ``token_recycling`` method's default): ``none`` where the drafter has a prior, ``call``
-where it has not;
-``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
+where it has not; ``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
 vocabulary, tokenizer and width; another one, another format or a corrupt file is refused
 naming the file). With ``prompt="text"`` a prompt token's entry becomes its successor in the
 prompt followed by the carried entry's candidates (without that successor). After a batch
