@@ -532,6 +532,10 @@ def main():
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
+                        ("bench_spec_bench_token_recycling_prior_tree", "Token Recycling "
+                         "from the shipped table recording every verified node's top ids "
+                         "(record=tree) against the committed path, 130 Spec-Bench questions "
+                         "at batch 1 (2026-12-06, fortieth session)"),
                         ("bench_token_recycling_prior_b4", "Token Recycling's default "
                          "(from the shipped table) at batch 4: 52 questions as 13 batches of "
                          "4 (issue 23's robustness bar; 2026-12-06, fortieth session)"),
