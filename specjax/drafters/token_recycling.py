@@ -22,20 +22,20 @@ verification rejects). With ``from_text`` (width 1, a source of the ``ngram`` dr
 an entry is instead the token that followed ``t`` in the row's own text, prompt and output:
 no top ids are asked of the target (greedy, the same entries along the output).
 
-``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch,
-as the paper's global table does from request to request (a hot start): every row of the
-next batch starts from it instead of from the prior or junk. ``none`` (the drafter's
-default): each batch starts from the prior (junk without one); ``call``: within one
-``generate`` call; ``keep``: across calls in this process; ``auto`` (the
-``token_recycling`` method's default): ``none`` where the drafter has a prior, ``call``
-where it has not; ``FILE.npz``: also saved there after every batch and loaded on the next build (bound to the
-vocabulary, tokenizer and width; another one, another format or a corrupt file is refused
-naming the file). With ``prompt="text"`` a prompt token's entry becomes its successor in the
-prompt followed by the carried entry's candidates (without that successor). After a batch
-each token's carried entry is the one of the first row that rewrote it (rows are padded
-with copies at the end of a batch, so a real row wins). Over the 130 Spec-Bench questions
-at batch 1, carried from question to question, it ran at 1.25x of plain decoding where each
-question starting from junk ran at 1.20x, 6% fewer forwards (docs/benchmarks_notes.md).
+``memory`` keeps one table (``int32[V, width]``, 1.5 MB for SmolLM2) from batch to batch, as
+the paper's global table does from request to request (a hot start): every row of the next
+batch starts from it instead of from the prior or junk. ``none`` (the drafter's default):
+each batch starts from the prior (junk without one); ``call``: within one ``generate`` call;
+``keep``: across calls in this process; ``auto`` (the ``token_recycling`` method's default):
+``none`` where the drafter has a prior, ``call`` where it has not; ``FILE.npz``: also saved
+there after every batch and loaded on the next build (bound to the vocabulary, tokenizer and
+width; another one, another format or a corrupt file is refused naming the file). With
+``prompt="text"`` a prompt token's entry becomes its successor in the prompt followed by the
+carried entry's candidates (without that successor). After a batch each token's carried
+entry is the one of the first row that rewrote it (rows are padded with copies at the end of
+a batch, so a real row wins). Over the 130 Spec-Bench questions at batch 1, carried from
+question to question, it ran at 1.25x of plain decoding where each question starting from
+junk ran at 1.20x, 6% fewer forwards (docs/benchmarks_notes.md).
 
 ``prior`` is the table a row starts from while nothing is carried (and what ``memory``
 starts from): ``shipped`` (the default) is the table shipped for the target, found by its
