@@ -32,6 +32,12 @@
 #                 the identity of prompt lookup with plain decoding, for the precisions in
 #                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
 #                 $SPECJAX_UNSEEN (a KIND:PATH prompt spec; none: built-in prompts only)
+#   invariant_matmul  the batch-invariant product (pallas_kernels/invariant_matmul, Triton on
+#                 a GPU): tests/test_invariant_matmul.py (rows bit-identical across row
+#                 counts with the Triton kernel), the exact-numerics checks with the model's
+#                 products through it (SPECJAX_EXACT_PRODUCTS=pallas, numerics_checks.py -k
+#                 pallas), and scripts/bench_invariant_matmul.py (the kernel against XLA's
+#                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16)
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
 #                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2
 #                 package), batch 1, 128 new tokens, one cache length ($DECODE_CACHE_LEN,
@@ -132,6 +138,19 @@ if has numerics_cases; then
   for f in "$out"/case.*.log; do head -1 "$f"; tail -25 "$f"; done > "$out/numerics_cases.log" 2>/dev/null
   rm -f "$out"/case.*.log
   grep -qvP '\tpassed\t' "$out/numerics_cases.tsv" && status=1
+fi
+
+if has invariant_matmul; then
+  timeout $limit $py -P -m pytest tests/test_invariant_matmul.py -q -p no:cacheprovider -rs \
+    --junitxml="$out/invariant_matmul_tests.xml" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  SPECJAX_EXACT_PRODUCTS=pallas XLA_FLAGS="" timeout $limit $py -P -m pytest \
+    tests/numerics_checks.py -q -p no:cacheprovider -k pallas -m "long or not long" -rs \
+    --junitxml="$out/invariant_matmul_numerics.xml" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout $limit $py -P scripts/bench_invariant_matmul.py \
+    --output "$out/bench_invariant_matmul_gpu.json" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if has decode_bench; then

@@ -343,6 +343,8 @@ def generate(
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
     res.extra["numerics"] = getattr(model, "numerics", "fast")
+    if getattr(model, "exact", False) and getattr(model, "exact_products", "xla") != "xla":
+        res.extra["exact_products"] = model.exact_products
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": [],
                           "idle_steps": []})

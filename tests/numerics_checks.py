@@ -312,14 +312,16 @@ DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk
                 "token_recycling": {"policy": "fixed"}}
 
 
-def _identity(drafter, precision):
+def _identity(drafter, precision, products="xla"):
     model = exact_model(precision, seed=4, num_layers=3)
+    model.set_numerics("exact", products=products)
     prompts = [[t % 96 for t in p] for p in mixed_prompts(3, seed=11)]
     plain = [generate(model, [p], max_new_tokens=10).tokens[0] for p in prompts]
     m = methods.build(drafter, model, DRAFTER_ARGS.get(drafter, {}))
     got = generate(model, prompts, max_new_tokens=10, drafter=m.drafter, policy=m.policy,
                    batch_size=3)
     assert got.extra["numerics"] == "exact"
+    assert got.extra.get("exact_products", "xla") == products
     assert got.tokens == plain, (drafter, precision)
 
 
@@ -354,3 +356,47 @@ def test_real_model_verify_blocks_equal_decoding(precision):
         block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
         got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
         assert np.array_equal(got, ref[:, :k]), (precision, k)
+
+
+# ----------------------------------------------------------------------------- the Pallas products
+
+
+@pytest.mark.parametrize("precision", grid(("float32", "bfloat16"), quick=["bfloat16"]))
+def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monkeypatch):
+    """With ``exact_products="pallas"`` (the batch-invariant kernel in interpret mode on CPU,
+    no row plan for the projections and the LM head) a verify block over k = 1..9 tokens at
+    batch 3 gives the logits of one-token decoding bit for bit, and they stay within float
+    rounding of the XLA-product model's."""
+    import specjax.pallas_kernels.invariant_matmul as kernel_pkg
+
+    calls = []
+    kernel = kernel_pkg.invariant_matmul
+    monkeypatch.setattr(kernel_pkg, "invariant_matmul",
+                        lambda x, w, *a, **kw: calls.append(w.shape) or kernel(x, w, *a, **kw))
+    model = exact_model(precision, num_heads=4, num_kv_heads=2)
+    model.set_numerics("exact", products="pallas")
+    assert model.exact_products == "pallas"
+    rng = np.random.default_rng(7)
+    seq = rng.integers(0, 96, (3, 40))
+    lens = [5, 11, 8]
+    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(3)], 48)
+    ref = _decode_each(model, cache0, seq, 9)
+    L = np.asarray(cache0.lengths)
+    for k in (1, 2, 5, 9):
+        idx = L[:, None] + np.arange(k)[None]
+        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
+        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
+        assert np.array_equal(got, ref[:, :k]), (precision, k)
+    # every projection of both layers and the LM head went through the kernel
+    assert set(calls) == {(128, 64), (64, 64), (256, 64), (64, 128), (96, 64)}, set(calls)
+    model.set_numerics("exact", products="xla")
+    xla = _decode_each(model, cache0, seq, 9)
+    tol = 1e-4 if precision == "float32" else 0.1
+    np.testing.assert_allclose(ref, xla, atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("drafter", grid(("prompt_lookup", "draft_model"), quick=["prompt_lookup"]))
+def test_pallas_products_greedy_speculative_equals_plain(drafter, release_compiled):
+    """Greedy speculative decoding at batch 3 equals plain decoding with the products through
+    the batch-invariant Pallas kernel (bfloat16; interpret mode on CPU)."""
+    _identity(drafter, "bfloat16", products="pallas")

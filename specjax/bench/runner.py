@@ -271,8 +271,11 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     if sweep_only:  # no per-category rows to carry each method's resolved configuration
         summary["configs"] = {m: describe(*built[m]) for m in methods}
     numerics = getattr(lm.model, "numerics", "fast")
+    products = getattr(lm.model, "exact_products", "xla") if numerics == "exact" else "xla"
     for row in summary["rows"] + summary.get("by_batch_size", {}).get("rows", []):
         row["numerics"] = numerics  # the `same` column is a guarantee only when exact
+        if products != "xla":
+            row["exact_products"] = products
     n_done = len(groups) - len(todo) + ran
     summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
                            "complete": n_done == len(groups), "stopped_by_time_limit": stopped}

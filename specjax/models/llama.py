@@ -108,7 +108,8 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     ``exact`` (static): invariant numerics (:mod:`specjax.models.numerics`): every row comes
     out bit-identically whatever the number of rows (the int8 product already does);
     ``"prefill"``: the same, for a prefill (:func:`prefill_matmul`: rows only have to agree
-    with other prefills' rows).
+    with other prefills' rows); ``"pallas"``: the same through the batch-invariant Pallas
+    kernel (:func:`exact_matmul`).
     """
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
@@ -118,7 +119,7 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     if exact == PREFILL:
         return prefill_matmul(x2, w, dtype).reshape(*lead, w.shape[0])
     if exact:
-        return exact_matmul(x2, w, dtype).reshape(*lead, w.shape[0])
+        return exact_matmul(x2, w, dtype, pallas=exact == PALLAS).reshape(*lead, w.shape[0])
     chunks = small_gemm_chunks(w.shape, x2.shape[0], w.dtype.itemsize)
     if chunks > 1:
         return chunked_matmul(x2, w, chunks, dtype).reshape(*lead, w.shape[0])
@@ -182,10 +183,16 @@ def _row_planned(x: Array, w: Array, dtype, kind: str, shape: tuple, product, ex
     return y.reshape(n * rows, -1)[:t].astype(dtype)
 
 
-def exact_matmul(x: Array, w: Array, dtype) -> Array:
+def exact_matmul(x: Array, w: Array, dtype, pallas: bool = False) -> Array:
     """``x @ w.T`` as the chunked product with rows padded to the reference row class
     (:func:`_row_planned`), so that a row's result does not depend on how many rows share
-    it."""
+    it. ``pallas``: through :func:`specjax.pallas_kernels.invariant_matmul.invariant_matmul`
+    instead (a fixed tiling whatever the row count: invariant by construction, no probe;
+    the model's ``exact_products="pallas"``)."""
+    if pallas:
+        from specjax.pallas_kernels.invariant_matmul import invariant_matmul
+
+        return invariant_matmul(x, w.astype(x.dtype), jnp.float32).astype(dtype)
     chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
     return _row_planned(x, w, dtype, "linear", (*w.shape, chunks), chunked_matmul, (chunks,))
 
@@ -193,6 +200,9 @@ def exact_matmul(x: Array, w: Array, dtype) -> Array:
 # ``exact`` of a prefill forward (a fresh cache, ``prefix_empty``): the invariant forms that
 # only have to agree with other prefills (specjax.models.numerics, "prefill")
 PREFILL = "prefill"
+# ``exact`` of a decoding forward whose products run the batch-invariant Pallas kernel
+# (``exact_products="pallas"``)
+PALLAS = "pallas"
 
 
 def plain_matmul(x: Array, w: Array, dtype) -> Array:
@@ -396,7 +406,11 @@ class Llama(nnx.Module):
     logits of a token do not depend on how many tokens or rows share its forward (one-token
     decoding, a verify block, a tree, a batch), at a measured cost
     (:mod:`specjax.models.numerics`, docs/benchmarks.md). Speculative decoding is token-identical
-    to plain decoding in every precision only when both run ``exact``.
+    to plain decoding in every precision only when both run ``exact``. ``exact_products``
+    (static, with ``exact``): ``"xla"`` (default: the backend's own products, rows padded to
+    a row count measured to share its summation order) or ``"pallas"`` (the batch-invariant
+    Pallas kernel, :mod:`specjax.pallas_kernels.invariant_matmul`; the default is read from
+    ``SPECJAX_EXACT_PRODUCTS`` when unset): see :meth:`set_numerics`.
     """
 
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs | None = None,
@@ -434,11 +448,16 @@ class Llama(nnx.Module):
                 f"unknown attention_impl {name!r}; valid: {', '.join(ATTENTION_IMPLS)}")
         self.attention_impl = name
 
-    def set_numerics(self, name: str) -> None:
-        """``"fast"`` or ``"exact"`` (see the class doc)."""
-        from specjax.models.numerics import check_numerics
+    def set_numerics(self, name: str, products: str | None = None) -> None:
+        """``"fast"`` or ``"exact"`` (see the class doc); ``products``: how an exact forward
+        makes its projections' and LM head's products invariant, ``"xla"`` or ``"pallas"``
+        (None: ``$SPECJAX_EXACT_PRODUCTS``, else ``"xla"``;
+        :func:`specjax.models.numerics.exact_products`). Prefill forms and attention are the
+        same under both."""
+        from specjax.models.numerics import check_numerics, exact_products
 
         self.numerics = check_numerics(name)
+        self.exact_products = exact_products(products)
 
     @property
     def exact(self) -> bool:
@@ -458,9 +477,13 @@ class Llama(nnx.Module):
         lead = h.shape[:-1]
         rows = math.prod(lead)
         if self.exact:
-            mm = prefill_matmul if prefill else exact_matmul
-            return mm(h.reshape(rows, -1).astype(self.dtype), w.astype(self.dtype),
-                      jnp.float32).reshape(*lead, w.shape[0])
+            x2 = h.reshape(rows, -1).astype(self.dtype)
+            if prefill:
+                y = prefill_matmul(x2, w.astype(self.dtype), jnp.float32)
+            else:
+                y = exact_matmul(x2, w.astype(self.dtype), jnp.float32,
+                                 pallas=getattr(self, "exact_products", "xla") == PALLAS)
+            return y.reshape(*lead, w.shape[0])
         chunks = small_gemm_chunks(w.shape, rows, jnp.dtype(self.dtype).itemsize)
         if chunks > 1:  # a few rows (verification): see chunked_matmul
             return chunked_matmul(h.reshape(rows, -1).astype(self.dtype), w.astype(self.dtype),
@@ -550,6 +573,8 @@ class Llama(nnx.Module):
         exact = self.exact
         if exact and prefix_empty and not defer_cache_write and not write_offset:
             exact = PREFILL  # a prefill: forms that only have to agree with other prefills
+        elif exact and getattr(self, "exact_products", "xla") == PALLAS:
+            exact = PALLAS
         if exact:
             from specjax.models.numerics import rms_norm_exact as norm
         else:

@@ -86,6 +86,25 @@ _MAX_PAD = 32
 _MAX_CHUNK = 64
 
 
+# how an exact decoding forward makes its products invariant (Transformer.set_numerics)
+PRODUCTS = ("xla", "pallas")
+PRODUCTS_ENV = "SPECJAX_EXACT_PRODUCTS"
+
+
+def exact_products(name: str | None = None) -> str:
+    """The exact numerics' product kernel: ``name``, or ``$SPECJAX_EXACT_PRODUCTS`` when None,
+    or ``"xla"`` (the backend's products padded to a measured row class, :func:`row_plan`).
+    ``"pallas"``: the batch-invariant kernel
+    (:mod:`specjax.pallas_kernels.invariant_matmul`; Triton on GPU, Mosaic on TPU, the Pallas
+    interpreter on CPU, where it is for tests only: far slower than XLA's product)."""
+    name = (os.environ.get(PRODUCTS_ENV, "") or "xla") if name is None else name
+    if name not in PRODUCTS:
+        raise ValueError(f"exact products must be one of {', '.join(PRODUCTS)}, got {name!r}"
+                         + (f" (from ${PRODUCTS_ENV})" if name == os.environ.get(PRODUCTS_ENV)
+                            else ""))
+    return name
+
+
 def check_numerics(name: str) -> str:
     if name not in NUMERICS:
         raise ValueError(f"numerics must be one of {', '.join(NUMERICS)}, got {name!r}")

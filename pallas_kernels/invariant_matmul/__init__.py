@@ -1,0 +1,9 @@
+"""A batch-invariant matrix product: a row's result does not depend on how many rows share the
+product, nor on where the row sits among them. See :mod:`.kernel`."""
+
+from specjax.pallas_kernels.invariant_matmul.kernel import (MODES, Blocks, choose_blocks,
+                                                            default_mode, invariant_matmul)
+from specjax.pallas_kernels.invariant_matmul.reference import blocked_matmul_reference
+
+__all__ = ["MODES", "Blocks", "blocked_matmul_reference", "choose_blocks", "default_mode",
+           "invariant_matmul"]

@@ -1,0 +1,195 @@
+"""The batch-invariant product (pallas_kernels/invariant_matmul, issue 22): correct against
+its reference and XLA's product, and a row's bits independent of the row count and of the
+row's position, in the Pallas interpreter and the TPU interpreter on CPU; lowered for TPU and
+for Triton (GPU) from this machine; bad inputs refused. On a GPU the same tests run with the
+Triton kernel (``scripts/gpu_checks.sh``, step ``invariant_matmul``)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from specjax.pallas_kernels.invariant_matmul import (MODES, Blocks, blocked_matmul_reference,
+                                                     choose_blocks, default_mode,
+                                                     invariant_matmul)
+
+# SmolLM2-135M's product shapes [out, in]: q/k/v, o, gate/up, down (N = 300 leaves a partial
+# output tile; the LM head is the 49,152-row case of the same program)
+SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (300, 576)]
+ON_GPU = jax.default_backend() == "gpu"
+CPU_MODES = ["interpret", "tpu_interpret"] + (["triton"] if ON_GPU else [])
+
+
+def _operands(m, n, k, dtype, seed=0):
+    kx, kw = jax.random.split(jax.random.PRNGKey(seed))
+    return (jax.random.normal(kx, (m, k), jnp.float32).astype(dtype),
+            (jax.random.normal(kw, (n, k), jnp.float32) / np.sqrt(k)).astype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(mode, blocks=None):
+    return jax.jit(functools.partial(invariant_matmul, mode=mode, blocks=blocks))
+
+
+@pytest.mark.parametrize("mode", CPU_MODES)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_matches_reference_and_xla(mode, dtype):
+    n, k = 300, 576
+    x, w = _operands(19, n, k, dtype)
+    got = np.asarray(_compiled(mode)(x, w))
+    assert got.shape == (19, n) and got.dtype == np.float32
+    ref = np.asarray(blocked_matmul_reference(x, w, choose_blocks(n, k, dtype, mode).block_k))
+    xla = np.asarray(x.astype(jnp.float32) @ w.astype(jnp.float32).T)
+    np.testing.assert_allclose(got, ref, atol=1e-4, rtol=1e-4)
+    np.testing.assert_allclose(got, xla, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", CPU_MODES)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("shape", SHAPES[:2] + SHAPES[3:], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_rows_do_not_depend_on_row_count_or_position(mode, dtype, shape):
+    """Row ``r`` of a 19-row product equals the same row in products of 1, 2, 3, 8 and 17 rows
+    and in the reversed product, bit for bit."""
+    n, k = shape
+    x, w = _operands(19, n, k, dtype, seed=n + k)
+    f = _compiled(mode)
+    full = np.asarray(f(x, w))
+    for m in (1, 2, 3, 8, 17):
+        assert np.array_equal(np.asarray(f(x[:m], w)), full[:m]), m
+    assert np.array_equal(np.asarray(f(x[::-1], w))[::-1], full)
+    one = np.asarray(f(x[11:12], w))  # a row alone, from the middle of the block
+    assert np.array_equal(one, full[11:12])
+
+
+def test_the_check_sees_a_changed_order():
+    """The same rows summed in another blocking of the input axis (what a kernel whose blocks
+    followed the row count would do) differ in the last bits: the equality above can fail."""
+    x, w = _operands(8, 576, 1536, jnp.float32, seed=3)
+    a = np.asarray(_compiled("interpret", Blocks(8, 128, 64))(x, w))
+    b = np.asarray(_compiled("interpret", Blocks(8, 128, 16))(x, w))
+    np.testing.assert_allclose(a, b, atol=1e-4, rtol=1e-4)
+    assert not np.array_equal(a, b)
+
+
+def test_blocks_follow_the_weights_not_the_rows():
+    for mode in MODES:
+        b = choose_blocks(576, 1536, jnp.bfloat16, mode)
+        assert 1536 % b.block_k == 0 and b.block_n <= 576
+    assert choose_blocks(960, 576, jnp.float32, "tpu").block_k == 576  # no 128-multiple divides
+    assert choose_blocks(960, 576, jnp.float32, "triton") == Blocks(16, 64, 64)
+    assert choose_blocks(96, 64, jnp.float32, "interpret") == Blocks(8, 96, 64)
+    assert default_mode() == {"gpu": "triton", "tpu": "tpu"}.get(jax.default_backend(),
+                                                                  "interpret")
+
+
+def test_empty_and_single_tile_products():
+    x, w = _operands(0, 64, 64, jnp.float32)
+    assert _compiled("interpret")(x, w).shape == (0, 64)
+    x, w = _operands(3, 40, 32, jnp.float32)
+    np.testing.assert_allclose(np.asarray(invariant_matmul(x, w, jnp.bfloat16,
+                                                           mode="interpret")).astype(np.float32),
+                               np.asarray(x @ w.T), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda: invariant_matmul(jnp.ones((2, 64)), jnp.ones((8, 32))), "not \\[N, 64\\]"),
+    (lambda: invariant_matmul(jnp.ones((2, 64)), jnp.ones((8, 64), jnp.bfloat16)), "cast"),
+    (lambda: invariant_matmul(jnp.ones((2, 64), jnp.int8), jnp.ones((8, 64), jnp.int8)),
+     "integer products"),
+    (lambda: invariant_matmul(jnp.ones((2, 3, 64)), jnp.ones((8, 64))), "\\[M, K\\]"),
+    (lambda: invariant_matmul(jnp.ones((2, 40)), jnp.ones((8, 40)), mode="interpret"),
+     "multiple of 16"),
+    (lambda: invariant_matmul(jnp.ones((2, 64)), jnp.ones((8, 64)), mode="cuda"),
+     "mode must be one of"),
+    (lambda: invariant_matmul(jnp.ones((2, 64)), jnp.ones((8, 64)), mode="interpret",
+                              blocks=Blocks(8, 8, 48)), "block_k=48 must divide"),
+], ids=["k-mismatch", "dtype-mismatch", "int8", "rank", "k-not-16", "mode", "block_k"])
+def test_bad_inputs_raise(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad()
+
+
+def test_reference_refuses_bad_blocks():
+    with pytest.raises(ValueError, match="must divide"):
+        blocked_matmul_reference(jnp.ones((2, 64)), jnp.ones((4, 64)), 48)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_lowers_for_tpu(dtype):
+    """Pallas -> Mosaic TPU lowering at SmolLM2's shapes, exported for TPU from this machine
+    (Mosaic's own compilation only happens on a TPU)."""
+    fn = jax.jit(functools.partial(invariant_matmul, mode="tpu"))
+    for n, k in SHAPES[:4]:
+        exported = jax.export.export(fn, platforms=["tpu"])(
+            jax.ShapeDtypeStruct((5, k), dtype), jax.ShapeDtypeStruct((n, k), dtype))
+        assert "tpu_custom_call" in exported.mlir_module()
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+def test_lowers_for_triton(dtype):
+    """Pallas -> Triton lowering for CUDA at SmolLM2's shapes, from this machine (the Triton
+    compiler itself runs only on a GPU). Lowered, not exported: a Triton call has no
+    serialization guarantee."""
+    fn = jax.jit(functools.partial(invariant_matmul, mode="triton"))
+    for n, k in SHAPES[:4]:
+        lowered = fn.trace(jax.ShapeDtypeStruct((5, k), dtype),
+                           jax.ShapeDtypeStruct((n, k), dtype)).lower(
+            lowering_platforms=("cuda",))
+        assert "triton" in lowered.as_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
+def test_triton_kernel_on_gpu_is_row_invariant_for_the_lm_head():
+    """The LM head's product (49,152 x 576) through the Triton kernel on a GPU: rows of 1, 3 and
+    16 agree bit for bit and match XLA's product."""
+    x, w = _operands(16, 49152, 576, jnp.bfloat16)
+    f = _compiled("triton")
+    full = np.asarray(f(x, w))
+    for m in (1, 3):
+        assert np.array_equal(np.asarray(f(x[:m], w)), full[:m])
+    np.testing.assert_allclose(full, np.asarray(x.astype(jnp.float32)
+                                                @ w.astype(jnp.float32).T), atol=2e-2)
+
+
+def test_exact_products_switch(monkeypatch):
+    """``exact_products``: the model's choice of product kernel in exact numerics, from the
+    argument, else ``$SPECJAX_EXACT_PRODUCTS``, else ``"xla"``; bad names refused naming
+    their source."""
+    from specjax.config import tiny_config
+    from specjax.models import numerics
+    from specjax.models.loaders import random_model
+
+    monkeypatch.delenv(numerics.PRODUCTS_ENV, raising=False)
+    assert numerics.exact_products() == "xla"
+    model = random_model(tiny_config(), seed=0)
+    model.set_numerics("exact")
+    assert model.exact_products == "xla"
+    monkeypatch.setenv(numerics.PRODUCTS_ENV, "pallas")
+    assert numerics.exact_products() == "pallas"
+    assert numerics.exact_products("xla") == "xla"
+    model.set_numerics("exact")
+    assert model.exact_products == "pallas"
+    monkeypatch.setenv(numerics.PRODUCTS_ENV, "triton")
+    with pytest.raises(ValueError, match="SPECJAX_EXACT_PRODUCTS"):
+        numerics.exact_products()
+    with pytest.raises(ValueError, match="one of xla, pallas"):
+        numerics.exact_products("cuda")
+
+
+def test_bench_script_checks_and_records(tmp_path):
+    """scripts/bench_invariant_matmul.py: the rows' identity checked, timings recorded."""
+    import json
+
+    from script_helpers import load_script
+
+    out = tmp_path / "b.json"
+    bench = load_script("bench_invariant_matmul")
+    assert bench.main(["--rows", "1", "3", "--reps", "1", "--shapes", "o", "--dtypes",
+                       "float32", "--output", str(out)]) == 0
+    got = json.loads(out.read_text())
+    assert got["failed_checks"] == 0 and got["mode"] == default_mode()
+    assert [c["rows"] for c in got["cases"]] == [1, 3]
+    assert all(c["rows_identical"] and c["kernel_ms"] > 0 for c in got["cases"])
