@@ -1,7 +1,9 @@
 """Times the batch-invariant product (pallas_kernels/invariant_matmul) against the backend's own
 product and against exact numerics' XLA form (rows padded to a measured row class), at
 SmolLM2-135M's product shapes, for a few row counts: the per-product price of invariance by
-construction (issue 22).
+construction (issue 22). ``--attention`` times the attention part
+(pallas_kernels/invariant_attention) against exact numerics' XLA form the same way, one row
+of SmolLM2's heads over a ``--cache``-slot cache, the rows being the tokens of a block.
 
     python scripts/bench_invariant_matmul.py --output out/bench_invariant_matmul.json  # GPU/TPU
     python scripts/bench_invariant_matmul.py --rows 1 4 --reps 3                       # CPU
@@ -31,13 +33,55 @@ SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (5
 
 
 def _median_seconds(fn, args, reps: int) -> float:
-    fn(*args).block_until_ready()
+    import jax
+
+    jax.block_until_ready(fn(*args))
     ts = []
     for _ in range(reps):
         t = time.perf_counter()
-        fn(*args).block_until_ready()
+        jax.block_until_ready(fn(*args))
         ts.append(time.perf_counter() - t)
     return statistics.median(ts)
+
+
+def _attention_cases(args, mode: str, cases: list) -> int:
+    """Appends the attention part's timings to ``cases``; returns the failed checks."""
+    import jax
+    import jax.numpy as jnp
+
+    from specjax.models.numerics import _product_attention
+    from specjax.pallas_kernels.invariant_attention import invariant_attention_part
+
+    failed = 0
+    s = args.cache
+    for dname in args.dtypes:
+        dtype = jnp.dtype(dname)
+        kernel = jax.jit(lambda *a: invariant_attention_part(*a, dtype, mode=mode))
+        planned = jax.jit(lambda *a: _product_attention(*a, dtype))
+        rng = np.random.default_rng(0)
+        t_max = max(args.rows)
+        q = jnp.asarray(rng.standard_normal((1, t_max, 9, 64)), dtype)
+        k = jnp.asarray(rng.standard_normal((1, 3, s, 64)), dtype)
+        v = jnp.asarray(rng.standard_normal((1, 3, s, 64)), dtype)
+        pre = jnp.asarray(np.arange(s)[None, None] < (s // 2 + np.arange(t_max))[None, :, None])
+        m_t = jnp.full((1, t_max, 3, 3), -jnp.inf, jnp.float32)
+        full = [np.asarray(a) for a in kernel(q, k, v, pre, m_t)]
+        same = all(np.array_equal(np.asarray(kernel(q[:, :m], k, v, pre[:, :m], m_t[:, :m])[0]),
+                                  full[0][:, :m]) for m in args.rows)
+        err = float(np.max(np.abs(full[0] - np.asarray(planned(q, k, v, pre, m_t)[0]))))
+        failed += not (same and err < 1e-2)
+        for m in args.rows:
+            a = (q[:, :m], k, v, pre[:, :m], m_t[:, :m])
+            row = {"dtype": dname, "shape": "attention", "cache": s, "rows": m,
+                   "rows_identical": same, "max_abs_vs_xla": err,
+                   "kernel_ms": 1e3 * _median_seconds(kernel, a, args.reps),
+                   "exact_xla_ms": 1e3 * _median_seconds(planned, a, args.reps)}
+            row["kernel_vs_exact_xla"] = row["kernel_ms"] / row["exact_xla_ms"]
+            cases.append(row)
+            print(f"{dname:9s} attention rows={m:3d} cache={s} kernel {row['kernel_ms']:8.3f} ms"
+                  f"  exact(xla) {row['exact_xla_ms']:8.3f} ms  x{row['kernel_vs_exact_xla']:.2f}"
+                  f"  {'identical' if same else 'ROWS DIFFER'} err {err:.1e}", flush=True)
+    return failed
 
 
 def main(argv=None) -> int:
@@ -47,6 +91,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--mode", default=None, help="kernel mode (default: the backend's)")
+    ap.add_argument("--attention", action="store_true",
+                    help="also time the attention part (tokens per call = --rows)")
+    ap.add_argument("--cache", type=int, default=1024, help="cache slots for --attention")
     ap.add_argument("--output", default=None)
     args = ap.parse_args(argv)
 
@@ -89,6 +136,8 @@ def main(argv=None) -> int:
                       f"xla {row['xla_ms']:8.3f} ms  exact(xla) {row['exact_xla_ms']:8.3f} ms  "
                       f"x{row['kernel_vs_xla']:.2f}  {row['kernel_gb_s']:.0f} GB/s  "
                       f"{'identical' if same else 'ROWS DIFFER'} err {err:.1e}", flush=True)
+    if args.attention:
+        failed += _attention_cases(args, mode, cases)
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
               "machine": platform.node(), "backend": jax.default_backend(),

@@ -32,10 +32,10 @@
 #                 the identity of prompt lookup with plain decoding, for the precisions in
 #                 $EXACT_PRECISIONS (default bfloat16,float32), Spec-Bench questions from
 #                 $SPECJAX_UNSEEN (a KIND:PATH prompt spec; none: built-in prompts only)
-#   invariant_matmul  the batch-invariant product (pallas_kernels/invariant_matmul, Triton on
-#                 a GPU): tests/test_invariant_matmul.py (rows bit-identical across row
-#                 counts with the Triton kernel), the exact-numerics checks with the model's
-#                 products through it (SPECJAX_EXACT_PRODUCTS=pallas, numerics_checks.py -k
+#   invariant_matmul  the batch-invariant kernels (pallas_kernels/invariant_matmul and
+#                 invariant_attention, Triton on a GPU): their tests (rows bit-identical
+#                 across row counts with the Triton kernels), the exact-numerics checks with
+#                 the model's products and attention through them (SPECJAX_EXACT_PRODUCTS=pallas, numerics_checks.py -k
 #                 pallas), and scripts/bench_invariant_matmul.py (the kernel against XLA's
 #                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16)
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
@@ -141,14 +141,15 @@ if has numerics_cases; then
 fi
 
 if has invariant_matmul; then
-  timeout $limit $py -P -m pytest tests/test_invariant_matmul.py -q -p no:cacheprovider -rs \
+  timeout $limit $py -P -m pytest tests/test_invariant_matmul.py tests/test_invariant_attention.py \
+    -q -p no:cacheprovider -rs \
     --junitxml="$out/invariant_matmul_tests.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   SPECJAX_EXACT_PRODUCTS=pallas XLA_FLAGS="" timeout $limit $py -P -m pytest \
     tests/numerics_checks.py -q -p no:cacheprovider -k pallas -m "long or not long" -rs \
     --junitxml="$out/invariant_matmul_numerics.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  timeout $limit $py -P scripts/bench_invariant_matmul.py \
+  timeout $limit $py -P scripts/bench_invariant_matmul.py --attention \
     --output "$out/bench_invariant_matmul_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi

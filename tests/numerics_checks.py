@@ -248,11 +248,18 @@ def test_verify_blocks_equal_one_token_decoding(precision, batch, heads):
         assert np.array_equal(got, ref[:, :k]), (precision, batch, k)
 
 
-@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["bfloat16"]))
-def test_tree_nodes_equal_decoding_their_paths(precision):
+TREES = [(p, "xla") for p in PRECISIONS] + [("bfloat16", "pallas")]
+
+
+@pytest.mark.parametrize("precision,products", grid(TREES, quick=[("bfloat16", "xla"),
+                                                                  ("bfloat16", "pallas")]),
+                         ids=[f"{p}-{k}" for p, k in TREES])
+def test_tree_nodes_equal_decoding_their_paths(precision, products):
     """Each node of a tree (ancestors at scattered scratch slots) gets the logits of decoding
-    its root-to-node path one token at a time."""
+    its root-to-node path one token at a time (also with the products and the attention's
+    cache-row part through the batch-invariant Pallas kernels)."""
     model = exact_model(precision)
+    model.set_numerics("exact", products=products)
     parents = [-1, 0, 0, 1, 2, 2, 5, 6]
     N = len(parents)
     # the engine's mask (node 0 is the root; the others' parents counted from node 1)
@@ -283,11 +290,16 @@ def _path_seq(path_tokens, L):
     return seq
 
 
-@pytest.mark.parametrize("precision", grid(PRECISIONS, quick=["bfloat16"]))
-def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision):
+BATCHED = [(p, "xla") for p in PRECISIONS] + [("bfloat16", "pallas")]
+
+
+@pytest.mark.parametrize("precision,products", grid(BATCHED, quick=[("bfloat16", "xla")]),
+                         ids=[f"{p}-{k}" for p, k in BATCHED])
+def test_plain_decoding_of_a_row_is_the_same_alone_and_batched(precision, products):
     """Other prompt lengths in the batch change the prefill length and the cache length: the
     row's tokens must not change."""
     model = exact_model(precision, num_layers=3)
+    model.set_numerics("exact", products=products)
     prompts = mixed_prompts(4, seed=5)
     prompts = [[t % 96 for t in p] for p in prompts]
     # a row long enough to read past position 128 and one that gives the batch a longer cache
@@ -363,16 +375,20 @@ def test_real_model_verify_blocks_equal_decoding(precision):
 
 @pytest.mark.parametrize("precision", grid(("float32", "bfloat16"), quick=["bfloat16"]))
 def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monkeypatch):
-    """With ``exact_products="pallas"`` (the batch-invariant kernel in interpret mode on CPU,
-    no row plan for the projections and the LM head) a verify block over k = 1..9 tokens at
-    batch 3 gives the logits of one-token decoding bit for bit, and they stay within float
-    rounding of the XLA-product model's."""
+    """With ``exact_products="pallas"`` (the batch-invariant kernels in interpret mode on CPU:
+    no row plan for the projections, the LM head and attention's cache-row part) a verify
+    block over k = 1..9 tokens at batch 3 gives the logits of one-token decoding bit for bit,
+    and they stay within float rounding of the XLA-product model's."""
+    import specjax.pallas_kernels.invariant_attention as attention_pkg
     import specjax.pallas_kernels.invariant_matmul as kernel_pkg
 
-    calls = []
-    kernel = kernel_pkg.invariant_matmul
+    calls, attention_calls = [], []
+    kernel, attention = kernel_pkg.invariant_matmul, attention_pkg.invariant_attention_part
     monkeypatch.setattr(kernel_pkg, "invariant_matmul",
                         lambda x, w, *a, **kw: calls.append(w.shape) or kernel(x, w, *a, **kw))
+    monkeypatch.setattr(attention_pkg, "invariant_attention_part",
+                        lambda q, *a, **kw: attention_calls.append(q.shape)
+                        or attention(q, *a, **kw))
     model = exact_model(precision, num_heads=4, num_kv_heads=2)
     model.set_numerics("exact", products="pallas")
     assert model.exact_products == "pallas"
@@ -389,6 +405,7 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
         assert np.array_equal(got, ref[:, :k]), (precision, k)
     # every projection of both layers and the LM head went through the kernel
     assert set(calls) == {(128, 64), (64, 64), (256, 64), (64, 128), (96, 64)}, set(calls)
+    assert {s[1] for s in attention_calls} >= {1, 9}, attention_calls  # decode and blocks
     model.set_numerics("exact", products="xla")
     xla = _decode_each(model, cache0, seq, 9)
     tol = 1e-4 if precision == "float32" else 0.1

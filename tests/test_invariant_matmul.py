@@ -188,8 +188,9 @@ def test_bench_script_checks_and_records(tmp_path):
     out = tmp_path / "b.json"
     bench = load_script("bench_invariant_matmul")
     assert bench.main(["--rows", "1", "3", "--reps", "1", "--shapes", "o", "--dtypes",
-                       "float32", "--output", str(out)]) == 0
+                       "float32", "--attention", "--cache", "128", "--output", str(out)]) == 0
     got = json.loads(out.read_text())
     assert got["failed_checks"] == 0 and got["mode"] == default_mode()
-    assert [c["rows"] for c in got["cases"]] == [1, 3]
+    assert [(c["shape"], c["rows"]) for c in got["cases"]] == [("o", 1), ("o", 3),
+                                                               ("attention", 1), ("attention", 3)]
     assert all(c["rows_identical"] and c["kernel_ms"] > 0 for c in got["cases"])

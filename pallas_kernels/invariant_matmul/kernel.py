@@ -72,8 +72,9 @@ def choose_blocks(n: int, k: int, dtype, mode: str) -> Blocks:
 
     * ``block_m``: 16 rows on Triton (its dot needs 16 in every dimension), on TPU the
       sublane tile (8 rows of 4-byte values, 16 of 2-byte), 8 in interpret mode;
-    * ``block_n``: 64 on Triton, 128 (a lane tile) on TPU, 128 in interpret mode; ``n``
-      itself when smaller (a partial last tile is allowed);
+    * ``block_n``: 64 on Triton (a partial tile when ``n`` is smaller: Triton loads
+      power-of-two blocks), 128 (a lane tile) on TPU, 128 in interpret mode, ``n`` itself
+      when smaller there;
     * ``block_k``: on TPU the largest of 512, 256, 128 dividing ``k``, else ``k`` whole (one
       block); elsewhere the largest of 64, 32, 16 dividing ``k``.
     """
@@ -86,7 +87,8 @@ def choose_blocks(n: int, k: int, dtype, mode: str) -> Blocks:
         bm, bn = (8 if itemsize >= 4 else 16), 128
     else:
         bm, bn = 8, 128
-    bn = min(bn, n)
+    if mode != "triton":  # Triton loads power-of-two blocks: a partial last tile instead
+        bn = min(bn, n)
     if mode in ("tpu", "tpu_interpret"):
         bk = _largest_divisor(k, (512, 256, 128)) or k
     else:

@@ -294,16 +294,18 @@ class Attention(nnx.Module):
         if exact:  # invariant numerics: see specjax.models.numerics
             from specjax.models.numerics import EXACT_TAIL, exact_attention
 
+            kern = exact == PALLAS  # the product part through the Pallas kernel
             if write:
                 out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype,
-                                      prefill=exact == PREFILL)
+                                      prefill=exact == PREFILL, pallas=kern)
             elif W == T and T <= EXACT_TAIL:  # the window is the block: read it from there
                 # (attending over a written copy cost every layer's cache per verify step)
                 out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype,
-                                      k_new=k, v_new=v)
+                                      k_new=k, v_new=v, pallas=kern)
             else:  # a deferred write with a longer window: attend over a written copy
                 out = exact_attention(q, write_block(k_cache, k, lengths),
-                                      write_block(v_cache, v, lengths), lengths, mask, dtype)
+                                      write_block(v_cache, v, lengths), lengths, mask, dtype,
+                                      pallas=kern)
             out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype,
                          _scale(self.wo_scale), exact)
             return out, k_cache, v_cache, k, v

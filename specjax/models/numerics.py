@@ -399,7 +399,7 @@ def pad_rows(x: jax.Array, rows: int, axis: int = 0) -> jax.Array:
 # ----------------------------------------------------------------------------- attention
 
 def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAIL,
-                    k_new=None, v_new=None, prefill: bool = False):
+                    k_new=None, v_new=None, prefill: bool = False, pallas: bool = False):
     """Softmax attention with a fixed order of every sum (see the module doc).
 
     Args:
@@ -428,6 +428,10 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
         kind of forward. The tail is what makes a verify block agree with one-token
         decoding; a prefill does without it (its gathers and element-wise sums cost 26% of a
         768-token prefill on a 2-core CPU, 2026-12-02).
+      pallas: static: the product over the cache row through the batch-invariant Pallas
+        kernel (:func:`specjax.pallas_kernels.invariant_attention.invariant_attention_part`,
+        the model's ``exact_products="pallas"``) instead of XLA's product with the query
+        rows padded to a probed row class; not with ``prefill``.
 
     Returns:
       ``[B, T, H, Dh]`` in ``dtype``.
@@ -440,6 +444,8 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     neg = jnp.float32(-jnp.inf)
     mask = mask.astype(bool)
     if prefill:
+        if pallas:
+            raise ValueError("exact_attention: a prefill keeps XLA's product (pallas=False)")
         if k_new is not None:
             raise ValueError("exact_attention: a prefill attends over the written cache "
                              "(no k_new/v_new)")
@@ -501,7 +507,12 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     visible = jnp.where(in_win[:, None, :], win_vis, slots[None, None, :] < L[:, None, None])
     pre = visible & (rank < split[..., None])  # [B, T, S]
     m_t = jnp.max(s_t, axis=-1)  # [B, T, KVH, G]
-    out, l, m = _product_attention(q, k_all, v_all, pre, m_t, dtype)
+    if pallas:
+        from specjax.pallas_kernels.invariant_attention import invariant_attention_part
+
+        out, l, m = invariant_attention_part(q, k_all, v_all, pre, m_t, dtype)
+    else:
+        out, l, m = _product_attention(q, k_all, v_all, pre, m_t, dtype)
     p_t = jnp.exp(s_t - jnp.transpose(m, (0, 3, 1, 2))[..., None])  # [B, T, KVH, G, R]
     l = l + jnp.transpose(fixed_sum(p_t, -1), (0, 2, 3, 1))  # [B, KVH, G, T]
     vt = jnp.transpose(v_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
