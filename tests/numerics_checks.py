@@ -413,7 +413,13 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
 
 
 @pytest.mark.parametrize("drafter", grid(("prompt_lookup", "draft_model"), quick=["prompt_lookup"]))
-def test_pallas_products_greedy_speculative_equals_plain(drafter, release_compiled):
-    """Greedy speculative decoding at batch 3 equals plain decoding with the products through
-    the batch-invariant Pallas kernel (bfloat16; interpret mode on CPU)."""
+def test_pallas_products_greedy_speculative_equals_plain(drafter, release_compiled,
+                                                         monkeypatch):
+    """Greedy speculative decoding at batch 3 equals plain decoding with the products and
+    attention through the batch-invariant Pallas kernels (bfloat16; interpret mode on CPU),
+    and nothing asks the row-class probe (prefills included)."""
+    def no_probe(*a, **kw):
+        raise AssertionError("row_plan called under exact_products='pallas'")
+
+    monkeypatch.setattr(numerics, "row_plan", no_probe)
     _identity(drafter, "bfloat16", products="pallas")

@@ -108,8 +108,8 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     ``exact`` (static): invariant numerics (:mod:`specjax.models.numerics`): every row comes
     out bit-identically whatever the number of rows (the int8 product already does);
     ``"prefill"``: the same, for a prefill (:func:`prefill_matmul`: rows only have to agree
-    with other prefills' rows); ``"pallas"``: the same through the batch-invariant Pallas
-    kernel (:func:`exact_matmul`).
+    with other prefills' rows); ``"pallas"`` and ``"pallas_prefill"``: the same through the
+    batch-invariant Pallas kernel (:func:`exact_matmul`).
     """
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
@@ -119,7 +119,7 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     if exact == PREFILL:
         return prefill_matmul(x2, w, dtype).reshape(*lead, w.shape[0])
     if exact:
-        return exact_matmul(x2, w, dtype, pallas=exact == PALLAS).reshape(*lead, w.shape[0])
+        return exact_matmul(x2, w, dtype, pallas=exact in _PALLAS).reshape(*lead, w.shape[0])
     chunks = small_gemm_chunks(w.shape, x2.shape[0], w.dtype.itemsize)
     if chunks > 1:
         return chunked_matmul(x2, w, chunks, dtype).reshape(*lead, w.shape[0])
@@ -200,9 +200,12 @@ def exact_matmul(x: Array, w: Array, dtype, pallas: bool = False) -> Array:
 # ``exact`` of a prefill forward (a fresh cache, ``prefix_empty``): the invariant forms that
 # only have to agree with other prefills (specjax.models.numerics, "prefill")
 PREFILL = "prefill"
-# ``exact`` of a decoding forward whose products run the batch-invariant Pallas kernel
-# (``exact_products="pallas"``)
+# ``exact`` of a forward whose products and attention run the batch-invariant Pallas kernels
+# (``exact_products="pallas"``), and of such a prefill (so that nothing needs the row-class
+# probe)
 PALLAS = "pallas"
+PALLAS_PREFILL = "pallas_prefill"
+_PALLAS = (PALLAS, PALLAS_PREFILL)
 
 
 def plain_matmul(x: Array, w: Array, dtype) -> Array:
@@ -294,10 +297,10 @@ class Attention(nnx.Module):
         if exact:  # invariant numerics: see specjax.models.numerics
             from specjax.models.numerics import EXACT_TAIL, exact_attention
 
-            kern = exact == PALLAS  # the product part through the Pallas kernel
+            kern = exact in _PALLAS  # the product part through the Pallas kernel
             if write:
                 out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype,
-                                      prefill=exact == PREFILL, pallas=kern)
+                                      prefill=exact in (PREFILL, PALLAS_PREFILL), pallas=kern)
             elif W == T and T <= EXACT_TAIL:  # the window is the block: read it from there
                 # (attending over a written copy cost every layer's cache per verify step)
                 out = exact_attention(q, k_cache, v_cache, lengths, mask, dtype,
@@ -575,8 +578,9 @@ class Llama(nnx.Module):
         exact = self.exact
         if exact and prefix_empty and not defer_cache_write and not write_offset:
             exact = PREFILL  # a prefill: forms that only have to agree with other prefills
-        elif exact and getattr(self, "exact_products", "xla") == PALLAS:
-            exact = PALLAS
+        if exact and getattr(self, "exact_products", "xla") == PALLAS:
+            # the Pallas kernels, in a prefill too (nothing probed)
+            exact = PALLAS_PREFILL if exact == PREFILL else PALLAS
         if exact:
             from specjax.models.numerics import rms_norm_exact as norm
         else:

@@ -431,7 +431,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
       pallas: static: the product over the cache row through the batch-invariant Pallas
         kernel (:func:`specjax.pallas_kernels.invariant_attention.invariant_attention_part`,
         the model's ``exact_products="pallas"``) instead of XLA's product with the query
-        rows padded to a probed row class; not with ``prefill``.
+        rows padded to a probed row class (a prefill's too: then nothing is probed).
 
     Returns:
       ``[B, T, H, Dh]`` in ``dtype``.
@@ -443,9 +443,10 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     scale = 1.0 / math.sqrt(hd)
     neg = jnp.float32(-jnp.inf)
     mask = mask.astype(bool)
+    part = _product_attention
+    if pallas:
+        from specjax.pallas_kernels.invariant_attention import invariant_attention_part as part
     if prefill:
-        if pallas:
-            raise ValueError("exact_attention: a prefill keeps XLA's product (pallas=False)")
         if k_new is not None:
             raise ValueError("exact_attention: a prefill attends over the written cache "
                              "(no k_new/v_new)")
@@ -453,8 +454,8 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
         W = mask.shape[2]
         pre = (jnp.pad(mask, ((0, 0), (0, 0), (0, S - W))) if W <= S
                else mask[:, :, :S])  # [B, T, S]
-        out, l, _ = _product_attention(q, k_all, v_all, pre,
-                                       jnp.full((B, T, kvh, G), neg, jnp.float32), dtype)
+        out, l, _ = part(q, k_all, v_all, pre, jnp.full((B, T, kvh, G), neg, jnp.float32),
+                         dtype)
         return _normalise(out, l, dtype)
     # --- ranks: every query's visible keys in position order
     cnt = jnp.cumsum(mask.astype(jnp.int32), axis=-1)  # [B, T, W]
@@ -507,12 +508,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     visible = jnp.where(in_win[:, None, :], win_vis, slots[None, None, :] < L[:, None, None])
     pre = visible & (rank < split[..., None])  # [B, T, S]
     m_t = jnp.max(s_t, axis=-1)  # [B, T, KVH, G]
-    if pallas:
-        from specjax.pallas_kernels.invariant_attention import invariant_attention_part
-
-        out, l, m = invariant_attention_part(q, k_all, v_all, pre, m_t, dtype)
-    else:
-        out, l, m = _product_attention(q, k_all, v_all, pre, m_t, dtype)
+    out, l, m = part(q, k_all, v_all, pre, m_t, dtype)
     p_t = jnp.exp(s_t - jnp.transpose(m, (0, 3, 1, 2))[..., None])  # [B, T, KVH, G, R]
     l = l + jnp.transpose(fixed_sum(p_t, -1), (0, 2, 3, 1))  # [B, KVH, G, T]
     vt = jnp.transpose(v_t, (0, 1, 3, 2, 4)).astype(jnp.float32)  # [B, T, KVH, R, Dh]
