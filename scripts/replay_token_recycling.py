@@ -19,7 +19,11 @@ drafts most on a CPU), for
 * with ``--start FILE.npz`` (a table file, e.g. the shipped prior) also ``prior``: every
   question starts from that table instead of junk (``prior=FILE``; at batch 1 the same with
   any ``memory`` but ``keep``), and ``prior_hot``: carried from question to question from it
-  (``memory=keep``).
+  (``memory=keep``);
+* with ``--corpus DIR --learn W[,W...]`` (the corpus the prior was built from) also
+  ``prior_learn=W``: every question starts from a table of the most frequent successors, as
+  the prior, whose counts also hold the earlier questions' answers, each pair counted ``W``
+  times (the prior learning from what was served, not built: docs/benchmarks_notes.md).
 
     python scripts/replay_token_recycling.py \\
         docs/results/spec_bench_token_recycling_tree3221.journal.jsonl \\
@@ -84,6 +88,57 @@ def replay(order, tops, parents, ranks, depth, mode: str, cap: int | None, W: in
     return out
 
 
+def corpus_counts(corpus, vocab: int) -> dict:
+    """``{token: {successor: count}}`` over the answers of a ``specjax train data`` corpus
+    (the pairs ``successor_table`` counts)."""
+    import json
+
+    from specjax.drafters.sssd import _corpus_records
+
+    corpus = Path(corpus)
+    keys = []
+    for shard in json.loads((corpus / "manifest.json").read_text())["shards"]:
+        for rec in _corpus_records(corpus / shard):
+            t = np.asarray(rec["tokens"], np.int64)
+            k = np.asarray(rec["loss_mask"], bool)[1:]
+            keys.append(t[:-1][k] * vocab + t[1:][k])
+    uniq, cnt = np.unique(np.concatenate(keys), return_counts=True)
+    counts: dict = {}
+    for key, c in zip(uniq.tolist(), cnt.tolist()):
+        counts.setdefault(key // vocab, {})[key % vocab] = float(c)
+    return counts
+
+
+def replay_learning(order, tops, parents, ranks, depth, cap, W: int, V: int, counts: dict,
+                    weight: float):
+    """``prior_learn``: each question replayed as ``prior`` from the table of ``counts``' most
+    frequent successors (ties to the smaller id, junk past them), then its answer's pairs
+    added to the counts ``weight`` times each."""
+    junk = np.arange(W, dtype=np.int32)
+    counts = {a: dict(d) for a, d in counts.items()}
+
+    def row(a):
+        r = junk.copy()
+        best = sorted(counts.get(a, {}).items(), key=lambda kv: (-kv[1], kv[0]))[:W]
+        r[:len(best)] = [b for b, _ in best]
+        return r
+
+    table = np.broadcast_to(junk, (V, W)).copy()
+    for a in counts:
+        table[a] = row(a)
+    out = {}
+    for q in order:
+        out.update(replay([q], tops, parents, ranks, depth, "prior", cap, W, V, table))
+        ans = q[2]
+        if not weight:
+            continue
+        for a, b in zip(ans[:-1], ans[1:]):
+            counts.setdefault(a, {})[b] = counts.get(a, {}).get(b, 0.0) + weight
+        for a in set(ans[:-1]):
+            table[a] = row(a)
+    return out
+
+
 def _vocab(path) -> int:
     """The vocabulary size a table file says it has (``read_table`` checks the rest)."""
     import json
@@ -107,7 +162,14 @@ def main(argv=None) -> int:
     ap.add_argument("--start", default=None,
                     help="a token_recycling table file (.npz): also replay 'prior' (every "
                          "question starts from it) and 'prior_hot' (carried on from it)")
+    ap.add_argument("--corpus", default=None,
+                    help="with --learn: the corpus the prior's counts come from")
+    ap.add_argument("--learn", default=None,
+                    help="comma-separated weights W: also replay 'prior_learn=W' (the prior's "
+                         "counts plus each earlier answer's pairs W times)")
     a = ap.parse_args(argv)
+    if bool(a.corpus) != bool(a.learn):
+        raise SystemExit("--corpus and --learn go together")
 
     from specjax.bench.journal import read_journal
     from specjax.bench.prompts import load_prompts
@@ -147,14 +209,23 @@ def main(argv=None) -> int:
             raise SystemExit(f"{a.start} is a table over {start.shape[0]} tokens; the journal "
                              f"holds ids up to {V - 1}")
         V, modes = start.shape[0], modes + ("prior", "prior_hot")
+    counts = None
+    if a.learn:
+        V = max(V, _vocab(a.start) if a.start else V)
+        counts = corpus_counts(a.corpus, V)
+        modes = modes + tuple(f"prior_learn={float(w):g}" for w in a.learn.split(","))
     for mode in modes:
         for cap in (1, None):
-            res = replay(order, tops, parents, ranks, depth, mode, cap, a.width, V, start)
+            if mode.startswith("prior_learn="):
+                res = replay_learning(order, tops, parents, ranks, depth, cap, a.width, V,
+                                      counts, float(mode.split("=")[1]))
+            else:
+                res = replay(order, tops, parents, ranks, depth, mode, cap, a.width, V, start)
             by = {}
             for cat, s, acc, acc1 in res.values():
                 by.setdefault(cat, np.zeros(3))[:] += (s, acc, acc1)
             tot = sum(by.values())
-            print(f"{mode:10s} {'first level' if cap else 'whole tree':11s} tokens/step "
+            print(f"{mode:14s} {'first level' if cap else 'whole tree':11s} tokens/step "
                   f"{1 + tot[1] / tot[0]:.3f}  steps that accept {tot[2] / tot[0]:.3f}  "
                   + " ".join(f"{c[:6]} {1 + b[1] / b[0]:.2f}" for c, b in sorted(by.items())))
     return 0

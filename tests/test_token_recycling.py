@@ -543,3 +543,31 @@ def test_shipped_prior_for_smollm2(smollm2):
     # the prior's entries for the answer's tokens: many hold the greedy successor (junk none)
     hits = sum(int(b in d.prior[a]) for a, b in zip(out[:-1], out[1:]))
     assert hits >= (len(out) - 1) // 3, (out, hits)
+
+
+def test_replay_of_a_prior_that_learns_from_answers():
+    """scripts/replay_token_recycling.py's ``prior_learn``: the answers counted into the
+    prior's successor counts (weight W) draft the next question's repeat; weight 0 is the
+    plain ``prior`` replay from the same counts' table."""
+    from script_helpers import load_script
+
+    from specjax.drafters.token_recycling import successor_table
+    from specjax.tree import parse_tree, static_topology
+
+    rp = load_script("replay_token_recycling")
+    V, W = 20, 4
+    parents, ranks, depth = static_topology(parse_tree("levels:3.2.2.1", k=16), 4)
+    junk_top = lambda n: np.tile(np.array([19, 18, 17, 16], np.int32), (n, 1))  # noqa: E731
+    order = [("a", "x", [5, 6, 7, 8, 9]), ("b", "x", [5, 6, 7, 8])]
+    tops = {pid: ([1, 2], junk_top(2 + len(ans))) for pid, _, ans in order}
+    docs = [([3, 4, 3, 4, 11], [True] * 5)]
+    counts = {3: {4: 2.0}, 4: {3: 1.0, 11: 1.0}}
+    table = successor_table(docs, V, W)
+    for cap in (1, None):
+        assert rp.replay_learning(order, tops, parents, ranks, depth, cap, W, V, counts,
+                                  0.0) == rp.replay(order, tops, parents, ranks, depth, "prior",
+                                                    cap, W, V, table)
+    cold = rp.replay_learning(order, tops, parents, ranks, depth, None, W, V, counts, 0.0)
+    learnt = rp.replay_learning(order, tops, parents, ranks, depth, None, W, V, counts, 1.0)
+    assert cold["b"][2] == 0 and learnt["b"] == ("x", 1, 3, 1)  # 5 -> 6 -> 7 -> 8 in a step
+    assert learnt["a"] == cold["a"]  # the first question learns only after it
