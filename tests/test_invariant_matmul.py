@@ -194,3 +194,20 @@ def test_bench_script_checks_and_records(tmp_path):
     assert [(c["shape"], c["rows"]) for c in got["cases"]] == [("o", 1), ("o", 3),
                                                                ("attention", 1), ("attention", 3)]
     assert all(c["rows_identical"] and c["kernel_ms"] > 0 for c in got["cases"])
+
+
+def test_interpreted_kernels_warn_once(monkeypatch):
+    """On a CPU, choosing the Pallas kernels says they run interpreted (once per process)."""
+    from specjax.models import numerics
+
+    if jax.default_backend() in ("gpu", "tpu"):
+        pytest.skip("the kernels are compiled here")
+    numerics._warn_interpreted.cache_clear()
+    with pytest.warns(numerics.InvariantKernelWarning, match="interpreter"):
+        numerics.exact_products("pallas")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        numerics.exact_products("pallas")  # not again
+        numerics.exact_products("xla")

@@ -102,7 +102,22 @@ def exact_products(name: str | None = None) -> str:
         raise ValueError(f"exact products must be one of {', '.join(PRODUCTS)}, got {name!r}"
                          + (f" (from ${PRODUCTS_ENV})" if name == os.environ.get(PRODUCTS_ENV)
                             else ""))
+    if name == "pallas" and jax.default_backend() not in ("gpu", "tpu"):
+        _warn_interpreted()
     return name
+
+
+@functools.cache
+def _warn_interpreted() -> None:
+    warnings.warn(f"exact_products='pallas' on the {jax.default_backend()} backend runs the "
+                  "Pallas kernels in their interpreter: correct, but 3-17x slower than XLA's "
+                  "products in float32 and far slower in bfloat16 (it is meant for GPUs and "
+                  "TPUs; 'xla' is the CPU's invariant path)", InvariantKernelWarning,
+                  stacklevel=3)
+
+
+class InvariantKernelWarning(UserWarning):
+    """The batch-invariant Pallas kernels run interpreted (on a CPU): slow."""
 
 
 def check_numerics(name: str) -> str:
