@@ -571,3 +571,28 @@ def test_replay_of_a_prior_that_learns_from_answers():
     learnt = rp.replay_learning(order, tops, parents, ranks, depth, None, W, V, counts, 1.0)
     assert cold["b"][2] == 0 and learnt["b"] == ("x", 1, 3, 1)  # 5 -> 6 -> 7 -> 8 in a step
     assert learnt["a"] == cold["a"]  # the first question learns only after it
+
+
+def test_shipped_file_lookup(tmp_path):
+    """The shipped-data lookup shared by token_recycling and sssd: the file built for the
+    vocabulary and tokenizer, another model's skipped, an unreadable one skipped with a
+    warning naming it (not silently), nothing without a tokenizer digest."""
+    import json
+
+    from specjax.drafters._documents import shipped_file
+
+    def write(name, vocab, tok):
+        np.savez(tmp_path / name, header=np.frombuffer(json.dumps(
+            {"vocab_size": vocab, "tokenizer": tok}).encode(), np.uint8))
+
+    write("a.token_recycling.npz", 96, "other")
+    write("c.token_recycling.npz", 96, "abc")
+    (tmp_path / "b.token_recycling.npz").write_bytes(b"not a zip file")
+    with pytest.warns(UserWarning, match="b.token_recycling.npz cannot be read"):
+        got = shipped_file(tmp_path, ".token_recycling.npz", "header", 96, "abc", "table")
+    assert got == tmp_path / "c.token_recycling.npz"
+    with pytest.warns(UserWarning):
+        assert shipped_file(tmp_path, ".token_recycling.npz", "header", 97, "abc",
+                            "table") is None
+    assert shipped_file(tmp_path, ".token_recycling.npz", "header", 96, None, "table") is None
+    assert shipped_file(tmp_path / "missing", ".npz", "header", 96, "abc", "table") is None

@@ -11,12 +11,38 @@ document). ``what`` names the owner in errors ("suffix cache"), ``noun`` its sho
 from __future__ import annotations
 
 import json
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from specjax import atomic
 from specjax.errors import DrafterError
+
+
+def shipped_file(directory: Path, suffix: str, header_key: str, vocab_size: int,
+                 tokenizer: str | None, what: str) -> Path | None:
+    """The first ``directory/*<suffix>`` file (sorted by name) whose JSON header (the array
+    ``header_key``) says it was built for this vocabulary and tokenizer, or None (no
+    tokenizer digest: nothing matches). A file that cannot be read is skipped with a warning
+    naming it (``what``: the owner, "SSSD datastore"), never silently: a broken package
+    install should not look like a model without shipped data."""
+    if tokenizer is None or not directory.is_dir():
+        return None
+    for path in sorted(directory.glob(f"*{suffix}")):
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                header = json.loads(bytes(z[header_key]).decode())
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+                UnicodeDecodeError, EOFError) as e:
+            warnings.warn(f"the shipped {what} {path} cannot be read ({type(e).__name__}: "
+                          f"{e}); it is skipped", stacklevel=3)
+            continue
+        if isinstance(header, dict) and header.get("vocab_size") == vocab_size and \
+                header.get("tokenizer") == tokenizer:
+            return path
+    return None
 
 
 def check_binding(what: str, where: str, have_vocab: int | None, have_tok: str | None,

@@ -681,19 +681,9 @@ class SSSDDrafter:
 
 def shipped_datastore(target_lm) -> Path | None:
     """The datastore shipped for ``target_lm`` (matched by vocabulary size and tokenizer), or
-    None."""
+    None (an unreadable one is skipped with a warning)."""
     vocab, tok = target_ids(target_lm)
-    if tok is None or not SHIPPED.is_dir():
-        return None
-    for p in sorted(SHIPPED.glob("*.sssd.npz")):
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                meta = json.loads(bytes(z["meta"]).decode())
-        except Exception:
-            continue
-        if meta.get("vocab_size") == vocab and meta.get("tokenizer") == tok:
-            return p
-    return None
+    return _documents.shipped_file(SHIPPED, ".sssd.npz", "meta", vocab, tok, "SSSD datastore")
 
 
 def _resolve_datastore(cfg: SSSDConfig, target_lm) -> tuple[Datastore, str]:

@@ -72,7 +72,6 @@ import dataclasses
 import functools
 import json
 import os
-import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
@@ -82,6 +81,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.atomic import replacing
+from specjax.drafters import _documents
 from specjax.drafters.base import (DRAFTERS, StepContext, check_k, skip_as_update, target_ids,
                                    tree_field)
 from specjax.errors import DrafterError
@@ -607,22 +607,10 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
 
 
 def shipped_table(vocab_size: int, tokenizer: str | None) -> Path | None:
-    """The table file shipped for a target of this vocabulary and tokenizer, or None."""
-    if tokenizer is None or not SHIPPED.is_dir():
-        return None
-    for path in sorted(SHIPPED.glob("*.token_recycling.npz")):
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                header = json.loads(bytes(z["header"]).decode())
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
-                UnicodeDecodeError, EOFError) as e:
-            warnings.warn(f"token_recycling: the shipped table {path} cannot be read "
-                          f"({type(e).__name__}: {e}); rows start from junk", stacklevel=2)
-            continue
-        if isinstance(header, dict) and header.get("vocab_size") == vocab_size and \
-                header.get("tokenizer") == tokenizer:
-            return path
-    return None
+    """The table file shipped for a target of this vocabulary and tokenizer, or None (an
+    unreadable one is skipped with a warning: rows start from junk)."""
+    return _documents.shipped_file(SHIPPED, ".token_recycling.npz", "header", vocab_size,
+                                   tokenizer, "token_recycling table")
 
 
 def fit_width(table: np.ndarray, width: int) -> np.ndarray:
