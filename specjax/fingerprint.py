@@ -45,9 +45,16 @@ def device_description() -> str:
 def model_fingerprint(model) -> dict:
     """What of the model a cost depends on: its config (shapes), dtype and quantization (the
     mode ``specjax.models.quant.quantize`` recorded on the model; read here without importing
-    model code, which imports this module)."""
+    model code, which imports this module), and exact numerics' product kernels when they are
+    not the default."""
     m = getattr(model, "model", model)
     cfg = json.dumps(m.cfg.to_dict(), sort_keys=True, default=str)
-    return {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
-            "dtype": str(getattr(m, "dtype", "float32")),
-            "quantization": getattr(m, "quantization", None) or "none"}
+    out = {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
+           "dtype": str(getattr(m, "dtype", "float32")),
+           "quantization": getattr(m, "quantization", None) or "none"}
+    products = getattr(m, "exact_products", "xla")
+    if getattr(m, "numerics", "fast") == "exact" and products != "xla":
+        # other kernels, other step costs (the Pallas kernels interpreted on a CPU are 3-17x
+        # slower); absent for the default, so the keys of costs measured before stay valid
+        out["exact_products"] = products
+    return out

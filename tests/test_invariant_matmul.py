@@ -211,3 +211,20 @@ def test_interpreted_kernels_warn_once(monkeypatch):
         warnings.simplefilter("error")
         numerics.exact_products("pallas")  # not again
         numerics.exact_products("xla")
+
+
+def test_costs_are_keyed_by_the_product_kernels():
+    """A model running the Pallas kernels has its own measured costs (they cost differently):
+    its fingerprint differs; the default's is unchanged, so costs cached before stay valid."""
+    from specjax.config import tiny_config
+    from specjax.fingerprint import model_fingerprint
+    from specjax.models.loaders import random_model
+
+    model = random_model(tiny_config(), seed=0)
+    model.set_numerics("exact", products="xla")
+    default = model_fingerprint(model)
+    assert set(default) == {"config_sha256", "dtype", "quantization"}
+    model.set_numerics("fast", products="xla")
+    assert model_fingerprint(model) == default
+    model.set_numerics("exact", products="pallas")
+    assert model_fingerprint(model) == {**default, "exact_products": "pallas"}
