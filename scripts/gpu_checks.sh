@@ -35,8 +35,9 @@
 #   invariant_matmul  the batch-invariant kernels (pallas_kernels/invariant_matmul and
 #                 invariant_attention, Triton on a GPU): their tests (rows bit-identical
 #                 across row counts with the Triton kernels), the exact-numerics checks with
-#                 the model's products and attention through them (SPECJAX_EXACT_PRODUCTS=pallas, numerics_checks.py -k
-#                 pallas), and scripts/bench_invariant_matmul.py (the kernel against XLA's
+#                 the model's products and attention through them (numerics_checks.py -k
+#                 pallas, SmolLM2's included when its package is installed), and
+#                 scripts/bench_invariant_matmul.py --attention (each kernel against XLA's
 #                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16)
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
 #                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2

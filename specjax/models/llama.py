@@ -414,7 +414,8 @@ class Llama(nnx.Module):
     to plain decoding in every precision only when both run ``exact``. ``exact_products``
     (static, with ``exact``): ``"xla"`` (default: the backend's own products, rows padded to
     a row count measured to share its summation order) or ``"pallas"`` (the batch-invariant
-    Pallas kernel, :mod:`specjax.pallas_kernels.invariant_matmul`; the default is read from
+    Pallas kernels, :mod:`specjax.pallas_kernels.invariant_matmul` and
+    :mod:`specjax.pallas_kernels.invariant_attention`; the default is read from
     ``SPECJAX_EXACT_PRODUCTS`` when unset): see :meth:`set_numerics`.
     """
 
@@ -455,10 +456,10 @@ class Llama(nnx.Module):
 
     def set_numerics(self, name: str, products: str | None = None) -> None:
         """``"fast"`` or ``"exact"`` (see the class doc); ``products``: how an exact forward
-        makes its projections' and LM head's products invariant, ``"xla"`` or ``"pallas"``
-        (None: ``$SPECJAX_EXACT_PRODUCTS``, else ``"xla"``;
-        :func:`specjax.models.numerics.exact_products`). Prefill forms and attention are the
-        same under both."""
+        makes its projections', LM head's and attention's cache-row products invariant,
+        ``"xla"`` (padded to a probed row class) or ``"pallas"`` (the batch-invariant Pallas
+        kernels, prefills included: nothing probed) (None: ``$SPECJAX_EXACT_PRODUCTS``, else
+        ``"xla"``; :func:`specjax.models.numerics.exact_products`)."""
         from specjax.models.numerics import check_numerics, exact_products
 
         self.numerics = check_numerics(name)

@@ -42,6 +42,12 @@ bits and, in bfloat16 or int8, now and then the argmax. ``exact`` numerics fix e
   off (2026-11-28; batch 3 and 8 happened to fuse alike). Exact programs are compiled with
   it off, on every platform.
 
+* **kernels** (opt-in, for GPUs and TPUs): with ``exact_products="pallas"``
+  (:func:`exact_products`) the products and attention's cache-row part run batch-invariant
+  Pallas kernels instead (:mod:`specjax.pallas_kernels.invariant_matmul`,
+  :mod:`specjax.pallas_kernels.invariant_attention`): their tiles and summation orders depend
+  on the shapes of the weights and heads only, so nothing is probed (docs/numerics.md).
+
 What is by construction and what is measured: the trees, the int8 products and the gathered
 tail are order-fixed by construction; that a float product's row is the same in every row
 count of its class is a property of the platform's kernels, checked per process by the probe
@@ -86,7 +92,7 @@ _MAX_PAD = 32
 _MAX_CHUNK = 64
 
 
-# how an exact decoding forward makes its products invariant (Transformer.set_numerics)
+# how an exact forward makes its products invariant (Llama.set_numerics)
 PRODUCTS = ("xla", "pallas")
 PRODUCTS_ENV = "SPECJAX_EXACT_PRODUCTS"
 
@@ -94,9 +100,9 @@ PRODUCTS_ENV = "SPECJAX_EXACT_PRODUCTS"
 def exact_products(name: str | None = None) -> str:
     """The exact numerics' product kernel: ``name``, or ``$SPECJAX_EXACT_PRODUCTS`` when None,
     or ``"xla"`` (the backend's products padded to a measured row class, :func:`row_plan`).
-    ``"pallas"``: the batch-invariant kernel
-    (:mod:`specjax.pallas_kernels.invariant_matmul`; Triton on GPU, Mosaic on TPU, the Pallas
-    interpreter on CPU, where it is for tests only: far slower than XLA's product)."""
+    ``"pallas"``: the batch-invariant kernels (:mod:`specjax.pallas_kernels.invariant_matmul`,
+    :mod:`specjax.pallas_kernels.invariant_attention`; Triton on GPU, Mosaic on TPU, the
+    Pallas interpreter on CPU, where they are for tests only and warn: far slower than XLA)."""
     name = (os.environ.get(PRODUCTS_ENV, "") or "xla") if name is None else name
     if name not in PRODUCTS:
         raise ValueError(f"exact products must be one of {', '.join(PRODUCTS)}, got {name!r}"
