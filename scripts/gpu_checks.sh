@@ -44,7 +44,9 @@
 #                 package), batch 1, 128 new tokens, one cache length ($DECODE_CACHE_LEN,
 #                 default 512: one compiled loop per method; with a cache per prompt bucket
 #                 a run took ~55 s on an H200 on 2026-11-28, mostly compiling, and two
-#                 runs of 36 filled 150 s); $DECODE_ARGS: more bench flags
+#                 runs of 36 filled 150 s); $DECODE_ARGS: more bench flags;
+#                 DECODE_PALLAS=1: a third run with --exact-products pallas (the
+#                 batch-invariant kernels' price in the decode loop)
 # Each step is cut at $STEP_TIMEOUT seconds (default 900).
 # The log lands in OUTDIR/log.txt and the results as JSON beside it (default out/gpu).
 # specjax must be importable (pip install .).
@@ -156,11 +158,14 @@ if has invariant_matmul; then
 fi
 
 if has decode_bench; then
-  for num in fast exact; do
+  for num in fast exact ${DECODE_PALLAS:+exact-pallas}; do
+    extra=()
+    [ "$num" = exact-pallas ] && { num=exact; extra=(--exact-products pallas); }
     timeout $limit $py -P -m specjax.cli bench --model smollm2-135m --dtype bfloat16 \
-      --numerics $num --methods prompt_lookup,eagle --limit 1 --max-new-tokens 128 --repeats 2 \
+      --numerics $num ${extra[@]+"${extra[@]}"} --methods prompt_lookup,eagle --limit 1 \
+      --max-new-tokens 128 --repeats 2 \
       --cache-len ${DECODE_CACHE_LEN:-512} ${DECODE_ARGS:-} \
-      --output "$out/decode_bf16_$num.json" 2>&1 | tee -a "$log"
+      --output "$out/decode_bf16_$num${extra:+_pallas}.json" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
 fi

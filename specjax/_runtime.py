@@ -26,7 +26,8 @@ def compute_dtype(name: str):
 
 def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
                  attention_impl: str = "dense", *, decodes_text: bool = True,
-                 speculative: bool = False, numerics: str = "exact"):
+                 speculative: bool = False, numerics: str = "exact",
+                 exact_products: str | None = None):
     """Loads ``model`` for a run and says so on stderr (with the time it took).
 
     Args:
@@ -42,6 +43,8 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
         stderr says.
       numerics: ``"exact"`` (invariant; ``--numerics``) or ``"fast"``
         (:mod:`specjax.models.numerics`).
+      exact_products: with ``exact``: ``"xla"`` or ``"pallas"`` (``--exact-products``; the
+        batch-invariant Pallas kernels); None: ``$SPECJAX_EXACT_PRODUCTS``, else ``"xla"``.
 
     Returns:
       The :class:`specjax.models.LoadedModel`.
@@ -60,12 +63,20 @@ def load_for_run(model: str, dtype: str = "float32", quantize: str = "none",
         raise CLIError(f"--quantize must be {' or '.join(QUANT_MODES)}, got {quantize!r}")
     if numerics not in NUMERICS:
         raise CLIError(f"--numerics must be {' or '.join(NUMERICS)}, got {numerics!r}")
+    if exact_products is not None and numerics != "exact":
+        raise CLIError(f"--exact-products {exact_products} needs --numerics exact (the "
+                       f"products of fast numerics are the platform's own)")
     no_text = (f"{model!r} has random weights and no tokenizer: it serves `specjax bench "
                "--verify-curve` (timings) only; give a checkpoint or a preset name to decode "
                "text")
     if decodes_text and isinstance(model, str) and model.startswith(RANDOM_PREFIX):
         raise CLIError(no_text)  # said before building the random weights
     lm = load(model, dtype=compute_dtype(dtype), quantize=quantize, numerics=numerics)
+    if exact_products is not None:
+        try:
+            lm.model.set_numerics(numerics, products=exact_products)
+        except ValueError as e:
+            raise CLIError(f"--exact-products: {e}") from None
     if lm.format == "random" and decodes_text:
         raise CLIError(no_text)
     if quantize != "none" and speculative and numerics == "fast":

@@ -51,7 +51,8 @@ def _load(args):
     return load_for_run(args.model, args.dtype, getattr(args, "quantize", "none"),
                         getattr(args, "attention_impl", "dense"),
                         decodes_text=not verify_curve and getattr(args, "cmd", None) != "info",
-                        speculative=speculative, numerics=getattr(args, "numerics", "exact"))
+                        speculative=speculative, numerics=getattr(args, "numerics", "exact"),
+                        exact_products=getattr(args, "exact_products", None))
 
 
 def _encode(lm, items, chat: bool):
@@ -320,6 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
                              "decoding returns exactly what plain decoding returns in every "
                              "dtype; fast: the platform's fastest kernels (docs/benchmarks.md "
                              "has the price of exactness)")
+        sp.add_argument("--exact-products", default=None, choices=("xla", "pallas"),
+                        help="with --numerics exact: xla (the default, or "
+                             "$SPECJAX_EXACT_PRODUCTS): the platform's products padded to a "
+                             "probed row class; pallas: the batch-invariant Pallas kernels "
+                             "(for GPUs and TPUs; interpreted and slow on a CPU)")
         sp.add_argument("--attention-impl", default="dense",
                         help="attention: dense (default) | xla | pallas | pallas_interpret | "
                              "pallas_mosaic_gpu | pallas_mosaic_tpu (the tree-attention op)")

@@ -887,3 +887,29 @@ def test_bench_cache_len(tmp_path, tiny_gguf, prompts_file, monkeypatch, capsys)
     res = json.loads(out.read_text())
     assert len(seen) >= 2 and set(seen) == {128}  # both categories' batches
     assert res["cache_len"] == 128
+
+
+def test_bench_with_the_pallas_kernels(tmp_path, tiny_gguf, prompts_file, capsys):
+    """--exact-products pallas: the run decodes with the batch-invariant kernels (interpreted
+    here), outputs identical, the setting recorded in the result, its rows and the journal
+    (which then refuses a run with the default products); with --numerics fast it is refused."""
+    out, journal = tmp_path / "p.json", tmp_path / "p.journal.jsonl"
+    args = ["bench", "--model", str(tiny_gguf), "--methods", "ar,prompt_lookup", "--prompts",
+            str(prompts_file), "--max-new-tokens", "6", "--repeats", "1", "--limit", "1",
+            "--method-arg", "prompt_lookup.policy=fixed", "--journal", str(journal)]
+    assert main(args + ["--exact-products", "pallas", "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert "--exact-products pallas" in res["command"] and res["exact_products"] == "pallas"
+    assert {r.get("exact_products") for r in res["rows"]} == {"pallas"}
+    assert {r["identical_to_ar"] for r in res["rows"] if r["method"] == "prompt_lookup"} == {True}
+    header = json.loads(journal.read_text().splitlines()[0])["header"]
+    assert header["exact_products"] == "pallas"
+    capsys.readouterr()
+    assert main(args) == 2  # the journal will not mix kernels
+    assert "exact_products" in capsys.readouterr().err
+    assert main(["bench", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--exact-products", "pallas", "--prompts", str(prompts_file)]) != 0
+    assert "needs --numerics exact" in capsys.readouterr().err
+    assert main(["generate", "--model", str(tiny_gguf), "--numerics", "fast",
+                 "--exact-products", "pallas", "--prompt", "x"]) == 2
+    assert "needs --numerics exact" in capsys.readouterr().err

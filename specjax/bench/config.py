@@ -41,6 +41,7 @@ class BenchConfig:
     quantize: str = "none"
     attention_impl: str = "dense"
     numerics: str = "exact"
+    exact_products: str | None = None
     prompts: str = "builtin"
     categories: tuple[str, ...] | None = None
     limit: int | None = None
@@ -94,6 +95,13 @@ class BenchConfig:
 
         if self.numerics not in ("exact", "fast"):
             raise ConfigError(f"numerics must be 'exact' or 'fast', got {self.numerics!r}")
+        if self.exact_products not in (None, "xla", "pallas"):
+            raise ConfigError(f"exact_products must be None, 'xla' or 'pallas', got "
+                              f"{self.exact_products!r}")
+        if self.exact_products is not None and self.numerics != "exact":
+            raise ConfigError(f"exact_products {self.exact_products!r} (--exact-products) "
+                              "needs --numerics exact (fast numerics run the platform's own "
+                              "products)")
         if self.quantize not in QUANT_MODES:
             raise ConfigError(f"quantize must be {' or '.join(map(repr, QUANT_MODES))}, got "
                               f"{self.quantize!r}")
@@ -130,6 +138,8 @@ class BenchConfig:
             out += ["--attention-impl", self.attention_impl]
         if self.numerics != "exact":
             out += ["--numerics", self.numerics]
+        if self.exact_products is not None:
+            out += ["--exact-products", self.exact_products]
         for method, kv in self.method_args.items():
             for key, val in kv.items():
                 out += ["--method-arg", f"{method}.{key}={_fmt(val)}"]
@@ -180,7 +190,8 @@ class BenchConfig:
             methods=tuple(methods) or ("ar",),  # as before: ar always runs
             method_args={m: kv for m, kv in method_args.items() if kv},
             model=args.model, dtype=args.dtype, quantize=args.quantize,
-            attention_impl=args.attention_impl, numerics=args.numerics, prompts=args.prompts,
+            attention_impl=args.attention_impl, numerics=args.numerics,
+            exact_products=getattr(args, "exact_products", None), prompts=args.prompts,
             categories=tuple(args.categories.split(",")) if args.categories else None,
             limit=args.limit, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
             batch_sizes=tuple(parse_batch_sizes(args.batch_sizes)) or None,

@@ -35,6 +35,7 @@ def _load(config: BenchConfig):
     return _runtime.load_for_run(
         config.model, config.dtype, config.quantize, config.attention_impl,
         decodes_text=not config.verify_curve, numerics=config.numerics,
+        exact_products=config.exact_products,
         speculative=not config.verify_curve and any(m not in ("ar", "") for m in listed))
 
 
@@ -85,6 +86,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         result["model"] = config.model
         result["quantize"] = quantize
         result["numerics"] = config.numerics
+        if lm.model.exact and getattr(lm.model, "exact_products", "xla") != "xla":
+            result["exact_products"] = lm.model.exact_products
         for B, rel in result["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(result["ks"], rel)))
@@ -156,7 +159,9 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             **({"sweep_only": True} if config.sweep_only else {}),
             **({"cache_len": config.cache_len} if config.cache_len else {}),
             # journals written before --numerics existed ran fast numerics
-            **({"numerics": config.numerics} if config.numerics != "fast" else {})})
+            **({"numerics": config.numerics} if config.numerics != "fast" else {}),
+            **({"exact_products": config.exact_products}
+               if config.exact_products not in (None, "xla") else {})})
     if config.time_limit is not None and config.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {config.time_limit}")
     if config.time_limit == 0 and not config.journal:
@@ -185,6 +190,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics, "cache_len": config.cache_len})
+    if lm.model.exact and getattr(lm.model, "exact_products", "xla") != "xla":
+        summary["exact_products"] = lm.model.exact_products
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)
