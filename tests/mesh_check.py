@@ -5,7 +5,8 @@ data=2; without it every case (plain decoding, prompt lookup, EAGLE, Token Recyc
 DEL, draft model, early exit, Medusa, Hydra, suffix, SSSD, layer skip, n-gram, and trees
 drafted by EAGLE, Medusa and a draft model; greedy and sampling; every mesh shape): about 30
 minutes on a 2-core CPU (``--only=a,b`` runs some methods, by the names printed;
-``kernel``: the Pallas tree-attention kernel inside ``shard_map``).
+``kernel``: the Pallas tree-attention kernel inside ``shard_map``; ``invariant``: exact
+numerics with the batch-invariant Pallas kernels).
 
 The tiny target has 4 query heads, 2 KV heads and an MLP of 128: model=2 splits attention
 (and the cache's KV heads) and the MLP; model=4 splits the query side (``wo``) and the MLP,
@@ -96,6 +97,23 @@ def main(quick: bool):
                 got = generate(kt, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
                 if got != ref:
                     out["mismatch"].append(["kernel", name, spec])
+                    print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
+    # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU), not wrapped
+    # in shard_map: on a mesh XLA partitions them as it can; against the same kernels on one
+    # device
+    if not quick and (not only or "invariant" in only[0].split(",")):
+        kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
+        kt.set_numerics("exact", products="pallas")
+        for name, args in (("ar", {}), ("prompt_lookup", {"policy": "fixed"})):
+            release_compiled()
+            print(f"invariant {name}", file=sys.stderr, flush=True)
+            m = methods.build(name, kt, args)
+            kw = dict(max_new_tokens=6, drafter=m.drafter, policy=m.policy)
+            ref = generate(kt, prompts, batch_size=8, **kw).tokens
+            for spec in ("data=8", "data=4,model=2"):
+                got = generate(kt, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
+                if got != ref:
+                    out["mismatch"].append(["invariant", name, spec])
                     print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
     # the sharding table's plan: what is split where
     from specjax.sharding import check_plan, plan
