@@ -16,8 +16,9 @@ from specjax.pallas_kernels.invariant_attention import (MODES, attention_part_re
                                                         block_sizes, invariant_attention_part)
 
 B, T, H, KVH, HD, S = 3, 9, 4, 2, 16, 64
-MODES_HERE = ["interpret", "tpu_interpret"] + (["triton"] if jax.default_backend() == "gpu"
-                                               else [])
+# the TPU interpreter runs on the CPU backend only; on a GPU the Triton kernel runs instead
+MODES_HERE = (["interpret"] + (["tpu_interpret"] if jax.default_backend() == "cpu" else [])
+              + (["triton"] if jax.default_backend() == "gpu" else []))
 
 
 def _case(dtype, seed=0, s=S):

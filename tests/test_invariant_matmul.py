@@ -19,7 +19,9 @@ from specjax.pallas_kernels.invariant_matmul import (MODES, Blocks, blocked_matm
 # output tile; the LM head is the 49,152-row case of the same program)
 SHAPES = [(960, 576), (576, 576), (3072, 576), (576, 1536), (300, 576)]
 ON_GPU = jax.default_backend() == "gpu"
-CPU_MODES = ["interpret", "tpu_interpret"] + (["triton"] if ON_GPU else [])
+# the TPU interpreter runs on the CPU backend only; on a GPU the Triton kernel runs instead
+CPU_MODES = (["interpret"] + (["tpu_interpret"] if jax.default_backend() == "cpu" else [])
+             + (["triton"] if ON_GPU else []))
 
 
 def _operands(m, n, k, dtype, seed=0):
