@@ -86,16 +86,6 @@ def _kernel(q_ref, k_ref, v_ref, pre_ref, mt_ref, out_ref, l_ref, m_ref, *, bloc
     m_ref[...] = m
 
 
-def _compiler_params(mode: str):
-    if mode == "triton":
-        from jax.experimental.pallas import triton as pltriton
-        return pltriton.CompilerParams(num_warps=4, num_stages=2)
-    if mode in ("tpu", "tpu_interpret"):
-        from jax.experimental.pallas import tpu as pltpu
-        return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "parallel"))
-    return None
-
-
 def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | None = None,
                              blocks: tuple[int, int] | None = None):
     """The product part of exact attention, batch- and cache-length-invariant.
@@ -114,7 +104,7 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
       ``(out [B, T, KVH, G, Dh], l [B, KVH, G, T], m [B, KVH, G, T])``, float32: unnormalised
       outputs, the exponentials' sums and the max they are relative to.
     """
-    from specjax.pallas_kernels.invariant_matmul import default_mode
+    from specjax.pallas_kernels.invariant_matmul.kernel import call_params, default_mode
 
     mode = default_mode() if mode is None else mode
     B, T, H, hd = q.shape
@@ -149,10 +139,7 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
                  else jax.lax.Precision.DEFAULT)
     kernel = functools.partial(_kernel, block_s=bs, n_s=sp // bs, scale=1.0 / math.sqrt(hd),
                                dtype=jnp.dtype(dtype), precision=precision)
-    interpret = {"interpret": True, "triton": False, "tpu": False}.get(mode)
-    if mode == "tpu_interpret":
-        from jax.experimental.pallas import tpu as pltpu
-        interpret = pltpu.InterpretParams()
+    interpret, params = call_params(mode, 3)
     row = lambda b, h, i: (b, h, i, 0)  # noqa: E731
     cache = lambda b, h, i: (b, h, 0, 0)  # noqa: E731
     f32 = jnp.float32
@@ -169,7 +156,7 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
         out_shape=[jax.ShapeDtypeStruct((B, kvh, mp, hd), f32),
                    jax.ShapeDtypeStruct((B, kvh, mp, 1), f32),
                    jax.ShapeDtypeStruct((B, kvh, mp, 1), f32)],
-        interpret=interpret, compiler_params=_compiler_params(mode),
+        interpret=interpret, compiler_params=params,
         name="invariant_attention_part")(qr, k, v, pre_r, mt_r)
     out = jnp.transpose(out[:, :, :rows].reshape(B, kvh, T, G, hd), (0, 2, 1, 3, 4))
     l = jnp.transpose(l[:, :, :rows, 0].reshape(B, kvh, T, G), (0, 1, 3, 2))

@@ -115,14 +115,19 @@ def _kernel(x_ref, w_ref, o_ref, *, block_k: int, n_k: int, precision):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _compiler_params(mode: str):
+def call_params(mode: str, grid_rank: int) -> tuple:
+    """``(interpret, compiler_params)`` of a ``pallas_call`` in ``mode`` over a grid of
+    ``grid_rank`` parallel axes (shared with :mod:`specjax.pallas_kernels.invariant_attention`)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "interpret":
+        return True, None
     if mode == "triton":
         from jax.experimental.pallas import triton as pltriton
-        return pltriton.CompilerParams(num_warps=4, num_stages=2)
-    if mode in ("tpu", "tpu_interpret"):
-        from jax.experimental.pallas import tpu as pltpu
-        return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"))
-    return None
+        return False, pltriton.CompilerParams(num_warps=4, num_stages=2)
+    from jax.experimental.pallas import tpu as pltpu
+    params = pltpu.CompilerParams(dimension_semantics=("parallel",) * grid_rank)
+    return (pltpu.InterpretParams() if mode == "tpu_interpret" else False), params
 
 
 def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
@@ -167,17 +172,14 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
                                precision=precision)
     itemsize = jnp.dtype(x.dtype).itemsize
     grid = (mp // b.block_m, pl.cdiv(n, b.block_n))
-    interpret = {"interpret": True, "triton": False, "tpu": False}.get(mode)
-    if mode == "tpu_interpret":
-        from jax.experimental.pallas import tpu as pltpu
-        interpret = pltpu.InterpretParams()
+    interpret, params = call_params(mode, len(grid))
     out = pl.pallas_call(
         kernel, grid=grid,
         in_specs=[pl.BlockSpec((b.block_m, k), lambda i, j: (i, 0)),
                   pl.BlockSpec((b.block_n, k), lambda i, j: (j, 0))],
         out_specs=pl.BlockSpec((b.block_m, b.block_n), lambda i, j: (i, j)),
         out_shape=jax.ShapeDtypeStruct((mp, n), out_dtype),
-        interpret=interpret, compiler_params=_compiler_params(mode),
+        interpret=interpret, compiler_params=params,
         cost_estimate=pl.CostEstimate(
             flops=2 * mp * n * k, transcendentals=0,
             bytes_accessed=(grid[0] * n * k + mp * k) * itemsize
