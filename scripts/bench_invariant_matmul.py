@@ -12,7 +12,9 @@ Each case first checks that the kernel's rows are bit-identical across the row c
 (a mismatch fails the run) and within float rounding of XLA's product; then the median of
 ``--reps`` timed calls after a warm-up (compile excluded) for each form. On CPU the kernel runs
 in the Pallas interpreter: its time measures the interpreter, not a kernel (the CPU keeps
-``exact_products="xla"``); the script is for a GPU or TPU.
+``exact_products="xla"``); the script is for a GPU or TPU. A result saved as
+``docs/results/invariant_kernels_<where>.json`` gets its table in docs/benchmarks.md
+(``scripts/make_benchmarks_md.py``).
 """
 
 from __future__ import annotations

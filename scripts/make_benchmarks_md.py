@@ -483,6 +483,32 @@ def suffix_section(d: dict) -> list[str]:
     return out + [""]
 
 
+def invariant_kernels_section(d: dict, name: str) -> list[str]:
+    """docs/results/invariant_kernels_*.json (scripts/bench_invariant_matmul.py): the
+    batch-invariant Pallas kernels of exact numerics against XLA's forms (issue 22)."""
+    note = (" The kernels run in the Pallas interpreter on a CPU: these time the interpreter, "
+            "not a kernel (the CPU keeps `exact_products=xla`)." if d.get("mode") == "interpret"
+            else "")
+    out = [f"## Batch-invariant Pallas kernels: {d['device']} ({d['mode']}; issue 22)", "",
+           f"`{d['command']}` ({d['date']}, {d['machine']}, jax {d['jax']}; "
+           f"`docs/results/{name}.json`). Median of {d['reps']} calls after a warm-up; "
+           "`exact(xla)`: exact numerics' XLA form (rows padded to a probed row class); "
+           "`identical`: the kernel's rows bit-identical across the row counts timed; checks "
+           f"failed: {d['failed_checks']}.{note}", "",
+           "| dtype | product | rows | kernel ms | XLA ms | exact(xla) ms | kernel / XLA | "
+           "identical |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in d["cases"]:
+        shape = (f"attention, {c['cache']} slots" if c["shape"] == "attention"
+                 else f"{c['shape']} {c['out']}x{c['in']}")
+        xla = f"{c['xla_ms']:.3f}" if "xla_ms" in c else "-"
+        ratio = (f"{c['kernel_vs_xla']:.2f}x" if "kernel_vs_xla" in c
+                 else f"{c['kernel_vs_exact_xla']:.2f}x (vs exact)")
+        out.append(f"| {c['dtype']} | {shape} | {c['rows']} | {c['kernel_ms']:.3f} | {xla} | "
+                   f"{c['exact_xla_ms']:.3f} | {ratio} | "
+                   f"{'yes' if c['rows_identical'] else 'NO'} |")
+    return out + [""]
+
+
 def mesh_section(d: dict) -> list[str]:
     """docs/results/mesh_cpu.json (scripts/bench_mesh.py): decoding on simulated meshes."""
     out = ["## Decoding on simulated device meshes (issue 25)", "",
@@ -529,6 +555,8 @@ def main():
     f = RES / "suffix_workload.json"
     if f.exists():
         lines += suffix_section(json.loads(f.read_text()))
+    for f in sorted(RES.glob("invariant_kernels_*.json")):
+        lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
