@@ -23,27 +23,15 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import sys
-import time
 
 import numpy as np
+
+from specjax.bench.timing import median_seconds
 
 # SmolLM2-135M [out, in]: q/k/v, o, gate/up, down, the LM head
 SHAPES = {"qkv": (960, 576), "o": (576, 576), "gate_up": (3072, 576), "down": (576, 1536),
           "lm_head": (49152, 576)}
-
-
-def _median_seconds(fn, args, reps: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
 
 
 def _attention_cases(args, mode: str, cases: list) -> int:
@@ -76,8 +64,8 @@ def _attention_cases(args, mode: str, cases: list) -> int:
             a = (q[:, :m], k, v, pre[:, :m], m_t[:, :m])
             row = {"dtype": dname, "shape": "attention", "cache": s, "rows": m,
                    "rows_identical": same, "max_abs_vs_xla": err,
-                   "kernel_ms": 1e3 * _median_seconds(kernel, a, args.reps),
-                   "exact_xla_ms": 1e3 * _median_seconds(planned, a, args.reps)}
+                   "kernel_ms": 1e3 * median_seconds(kernel, *a, repeats=args.reps),
+                   "exact_xla_ms": 1e3 * median_seconds(planned, *a, repeats=args.reps)}
             row["kernel_vs_exact_xla"] = row["kernel_ms"] / row["exact_xla_ms"]
             cases.append(row)
             print(f"{dname:9s} attention rows={m:3d} cache={s} kernel {row['kernel_ms']:8.3f} ms"
@@ -129,7 +117,7 @@ def main(argv=None) -> int:
                 row = {"dtype": dname, "shape": name, "out": n, "in": k, "rows": m,
                        "rows_identical": same, "max_abs_vs_xla": err}
                 for form, fn in (("kernel", kernel), ("xla", xla), ("exact_xla", planned)):
-                    row[f"{form}_ms"] = 1e3 * _median_seconds(fn, (x, w), args.reps)
+                    row[f"{form}_ms"] = 1e3 * median_seconds(fn, x, w, repeats=args.reps)
                 row["kernel_vs_xla"] = row["kernel_ms"] / row["xla_ms"]
                 row["kernel_vs_exact_xla"] = row["kernel_ms"] / row["exact_xla_ms"]
                 row["kernel_gb_s"] = n * k * dtype.itemsize / row["kernel_ms"] / 1e6

@@ -32,6 +32,22 @@ from specjax.models.loaders import random_model  # noqa: E402
 from specjax.sampling import SamplingParams  # noqa: E402
 
 
+def _against_one_device(label: str, target, prompts, out: dict, runs) -> None:
+    """Greedy decoding of ``runs`` (method, args) on data=8 and data=4,model=2 against one
+    device, 6 new tokens; a mismatch is appended to ``out`` under ``label``."""
+    for name, args in runs:
+        release_compiled()
+        print(f"{label} {name}", file=sys.stderr, flush=True)
+        m = methods.build(name, target, args)
+        kw = dict(max_new_tokens=6, drafter=m.drafter, policy=m.policy)
+        ref = generate(target, prompts, batch_size=8, **kw).tokens
+        for spec in ("data=8", "data=4,model=2"):
+            got = generate(target, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
+            if got != ref:
+                out["mismatch"].append([label, name, spec])
+                print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
+
+
 def main(quick: bool):
     assert len(jax.devices()) == 8, jax.devices()
     target = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
@@ -86,35 +102,16 @@ def main(quick: bool):
     if not quick and (not only or "kernel" in only[0].split(",")):
         kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
         kt.set_attention_impl("pallas_interpret")
-        for name, args in (("ar", {}), ("eagle@tree", {"head": "random",
-                                                       "tree": "dynamic:width=2,nodes=6"})):
-            release_compiled()
-            print(f"kernel {name}", file=sys.stderr, flush=True)
-            m = methods.build(name, kt, args)
-            kw = dict(max_new_tokens=6, drafter=m.drafter, policy=m.policy)
-            ref = generate(kt, prompts, batch_size=8, **kw).tokens
-            for spec in ("data=8", "data=4,model=2"):
-                got = generate(kt, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
-                if got != ref:
-                    out["mismatch"].append(["kernel", name, spec])
-                    print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
+        _against_one_device("kernel", kt, prompts, out, (
+            ("ar", {}), ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"})))
     # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU), not wrapped
     # in shard_map: on a mesh XLA partitions them as it can; against the same kernels on one
     # device
     if not quick and (not only or "invariant" in only[0].split(",")):
         kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
         kt.set_numerics("exact", products="pallas")
-        for name, args in (("ar", {}), ("prompt_lookup", {"policy": "fixed"})):
-            release_compiled()
-            print(f"invariant {name}", file=sys.stderr, flush=True)
-            m = methods.build(name, kt, args)
-            kw = dict(max_new_tokens=6, drafter=m.drafter, policy=m.policy)
-            ref = generate(kt, prompts, batch_size=8, **kw).tokens
-            for spec in ("data=8", "data=4,model=2"):
-                got = generate(kt, prompts, batch_size=8, mesh=make_mesh(spec), **kw).tokens
-                if got != ref:
-                    out["mismatch"].append(["invariant", name, spec])
-                    print(f"  mismatch on {spec}", file=sys.stderr, flush=True)
+        _against_one_device("invariant", kt, prompts, out,
+                            (("ar", {}), ("prompt_lookup", {"policy": "fixed"})))
     # the sharding table's plan: what is split where
     from specjax.sharding import check_plan, plan
 
