@@ -24,6 +24,7 @@ from flax import nnx
 from specjax.buckets import (  # noqa: F401  (bucket_length re-exported)
     bucket_length, cache_length, prefill_length)
 from specjax.distributed import to_host
+from specjax.fingerprint import exact_products_of
 from specjax.loop import DecodeLoop, LoopState, prefill_jit, run_jit  # noqa: F401
 from specjax.models.llama import Llama
 from specjax.models.numerics import compiler_options
@@ -343,8 +344,8 @@ def generate(
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
     res.extra["numerics"] = getattr(model, "numerics", "fast")
-    if getattr(model, "exact", False) and getattr(model, "exact_products", "xla") != "xla":
-        res.extra["exact_products"] = model.exact_products
+    if exact_products_of(model) is not None:
+        res.extra["exact_products"] = exact_products_of(model)
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": [],
                           "idle_steps": []})

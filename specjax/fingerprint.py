@@ -52,9 +52,18 @@ def model_fingerprint(model) -> dict:
     out = {"config_sha256": hashlib.sha256(cfg.encode()).hexdigest()[:16],
            "dtype": str(getattr(m, "dtype", "float32")),
            "quantization": getattr(m, "quantization", None) or "none"}
-    products = getattr(m, "exact_products", "xla")
-    if getattr(m, "numerics", "fast") == "exact" and products != "xla":
+    products = exact_products_of(m)
+    if products is not None:
         # other kernels, other step costs (the Pallas kernels interpreted on a CPU are 3-17x
         # slower); absent for the default, so the keys of costs measured before stay valid
         out["exact_products"] = products
     return out
+
+
+def exact_products_of(model) -> str | None:
+    """The product kernels an exact-numerics model runs when they are not the default
+    (``"pallas"``), else None: what results, bench rows and cost keys record."""
+    m = getattr(model, "model", model)
+    products = getattr(m, "exact_products", "xla")
+    return products if getattr(m, "numerics", "fast") == "exact" and products != "xla" \
+        else None

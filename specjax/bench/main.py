@@ -21,6 +21,7 @@ from specjax.bench.prompts import load_prompts, parse_batch_sizes, parse_positiv
 from specjax.bench.report import format_table
 from specjax.bench.runner import run_bench, sweep_batches
 from specjax.errors import BenchError
+from specjax.fingerprint import exact_products_of
 from specjax.methods import base_method
 
 
@@ -86,8 +87,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         result["model"] = config.model
         result["quantize"] = quantize
         result["numerics"] = config.numerics
-        if lm.model.exact and getattr(lm.model, "exact_products", "xla") != "xla":
-            result["exact_products"] = lm.model.exact_products
+        if exact_products_of(lm) is not None:
+            result["exact_products"] = exact_products_of(lm)
         for B, rel in result["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(result["ks"], rel)))
@@ -190,8 +191,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics, "cache_len": config.cache_len})
-    if lm.model.exact and getattr(lm.model, "exact_products", "xla") != "xla":
-        summary["exact_products"] = lm.model.exact_products
+    if exact_products_of(lm) is not None:
+        summary["exact_products"] = exact_products_of(lm)
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)

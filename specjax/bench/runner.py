@@ -20,6 +20,7 @@ from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
 from specjax.drafters.base import learns_across_calls
 from specjax.errors import BenchError
+from specjax.fingerprint import exact_products_of
 from specjax.methods import build, build_drafter, describe
 from specjax.cost_curves import batch_bucket
 
@@ -271,10 +272,10 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
     if sweep_only:  # no per-category rows to carry each method's resolved configuration
         summary["configs"] = {m: describe(*built[m]) for m in methods}
     numerics = getattr(lm.model, "numerics", "fast")
-    products = getattr(lm.model, "exact_products", "xla") if numerics == "exact" else "xla"
+    products = exact_products_of(lm.model)
     for row in summary["rows"] + summary.get("by_batch_size", {}).get("rows", []):
         row["numerics"] = numerics  # the `same` column is a guarantee only when exact
-        if products != "xla":
+        if products is not None:
             row["exact_products"] = products
     n_done = len(groups) - len(todo) + ran
     summary["progress"] = {"groups_done": n_done, "groups_total": len(groups),
