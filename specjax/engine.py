@@ -334,10 +334,11 @@ def generate(
                             top_k=jnp.int32(sampling.top_k), top_p=jnp.float32(sampling.top_p))
     base_key = jax.random.key_data(jax.random.key(sampling.seed))
     if place is not None:  # weights by the sharding table (specjax.sharding)
-        from specjax.sharding import cache_sharding, check_plan
+        from specjax.sharding import cache_sharding, check_plan, kernel_mesh
 
         check_plan(cfg, mesh)
-        loop = dataclasses.replace(loop, cache_sharding=cache_sharding(cfg, mesh, batch=bs))
+        loop = dataclasses.replace(loop, cache_sharding=cache_sharding(cfg, mesh, batch=bs),
+                                   kernel_mesh=kernel_mesh(cfg, mesh, batch=bs))
         params, dparams = place.weights((params, dparams), cfg)
         arrays = place.replicate(arrays)
     spec = loop.speculative

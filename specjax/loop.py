@@ -27,6 +27,7 @@ its own block; nothing is re-padded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -135,6 +136,9 @@ class DecodeLoop:
       eos_ids: token ids that end a row (kept in the output).
       cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
         sharding table's ``(batch, kv_heads, sequence, -)``); None on one device.
+      kernel_mesh: on a mesh, where the batch-invariant kernels' operands lie
+        (:func:`specjax.sharding.kernel_mesh`): exact numerics' Pallas kernels run inside
+        ``shard_map`` (:mod:`specjax.pallas_kernels.invariant_mesh`); None on one device.
       idle_skip: in a step where every row has ``k = 0`` (the policy's, or the bound of the
         drafter's ``plan`` where it found nothing to draft), a drafter with a ``skip``
         method is neither asked to propose nor updated: the step costs a plain decoding
@@ -161,6 +165,7 @@ class DecodeLoop:
     greedy: bool = True
     eos_ids: tuple[int, ...] = ()
     cache_sharding: Any = None
+    kernel_mesh: Any = None
     idle_skip: bool = True
     verify_buckets: str = "all"
     exact: bool = False
@@ -188,12 +193,17 @@ class DecodeLoop:
             return self._prefill(params, draft_params, tokens, lengths, max_new, keys,
                                  sampling, cache_len)
 
+    @contextlib.contextmanager
     def _kernel_sharding(self):
         """On a mesh, the tree-attention kernels run inside ``shard_map`` over the cache's
-        sharding (:func:`specjax.pallas_kernels.tree_attention.api.sharded`)."""
+        sharding (:func:`specjax.pallas_kernels.tree_attention.api.sharded`), and so do exact
+        numerics' batch-invariant kernels (:func:`specjax.pallas_kernels.invariant_mesh.
+        sharded`)."""
+        from specjax.pallas_kernels import invariant_mesh
         from specjax.pallas_kernels.tree_attention.api import sharded
 
-        return sharded(self.cache_sharding)
+        with sharded(self.cache_sharding), invariant_mesh.sharded(self.kernel_mesh):
+            yield
 
     def _prefill(self, params, draft_params, tokens, lengths, max_new, keys,
                  sampling: SamplingArrays, cache_len: int) -> LoopState:

@@ -202,3 +202,21 @@ def rows_spec(mesh: Mesh, table: ShardingTable = DEFAULT_TABLE) -> PartitionSpec
     """Arrays whose leading axis is the batch."""
     axis = table.batch if dict(mesh.shape).get(table.batch or "", 1) > 1 else None
     return PartitionSpec(axis)
+
+
+def kernel_mesh(cfg, mesh: Mesh, table: ShardingTable = DEFAULT_TABLE,
+                batch: int | None = None):
+    """Where the batch-invariant kernels' operands lie by this table
+    (:class:`specjax.pallas_kernels.invariant_mesh.KernelMesh`): the rows', the cache's KV
+    heads' and each projection weight's axes (the target's shapes, ``[out, in]``), for
+    running them inside ``shard_map``."""
+    from specjax.pallas_kernels.invariant_mesh import KernelMesh
+
+    h, kvh, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    shapes = {"wqkv": ((h + 2 * kvh) * hd, d), "wo": (d, h * hd), "w_gate_up": (2 * f, d),
+              "w_down": (d, f), "lm_head": (cfg.vocab_size, d), "embed": (cfg.vocab_size, d)}
+    weights = tuple((name, *(tuple(weight_spec(name, shape, cfg, mesh, table)) + (None,) * 2)[:2])
+                    for name, shape in shapes.items())
+    spec = tuple(cache_sharding(cfg, mesh, table, batch).spec) + (None,) * 2
+    return KernelMesh(mesh, rows=spec[0], kv_heads=spec[1], weights=weights)

@@ -104,9 +104,9 @@ def main(quick: bool):
         kt.set_attention_impl("pallas_interpret")
         _against_one_device("kernel", kt, prompts, out, (
             ("ar", {}), ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"})))
-    # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU), not wrapped
-    # in shard_map: on a mesh XLA partitions them as it can; against the same kernels on one
-    # device
+    # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU) inside
+    # shard_map (specjax.pallas_kernels.invariant_mesh); against the same kernels on one device
+    # (tests/mesh_kernels_check.py checks the shards and the bits op by op)
     if not quick and (not only or "invariant" in only[0].split(",")):
         kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
         kt.set_numerics("exact", products="pallas")

@@ -379,14 +379,13 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
     no row plan for the projections, the LM head and attention's cache-row part) a verify
     block over k = 1..9 tokens at batch 3 gives the logits of one-token decoding bit for bit,
     and they stay within float rounding of the XLA-product model's."""
-    import specjax.pallas_kernels.invariant_attention as attention_pkg
-    import specjax.pallas_kernels.invariant_matmul as kernel_pkg
+    from specjax.pallas_kernels import invariant_mesh  # the models' entry to both kernels
 
     calls, attention_calls = [], []
-    kernel, attention = kernel_pkg.invariant_matmul, attention_pkg.invariant_attention_part
-    monkeypatch.setattr(kernel_pkg, "invariant_matmul",
+    kernel, attention = invariant_mesh.invariant_matmul, invariant_mesh.invariant_attention_part
+    monkeypatch.setattr(invariant_mesh, "invariant_matmul",
                         lambda x, w, *a, **kw: calls.append(w.shape) or kernel(x, w, *a, **kw))
-    monkeypatch.setattr(attention_pkg, "invariant_attention_part",
+    monkeypatch.setattr(invariant_mesh, "invariant_attention_part",
                         lambda q, *a, **kw: attention_calls.append(q.shape)
                         or attention(q, *a, **kw))
     model = exact_model(precision, num_heads=4, num_kv_heads=2)

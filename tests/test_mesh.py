@@ -16,6 +16,7 @@ from specjax.mesh import data_parallel, make_mesh, parse_mesh_spec
 
 CHECK = Path(__file__).with_name("mesh_check.py")
 TRAIN_CHECK = Path(__file__).with_name("mesh_train_check.py")
+KERNELS_CHECK = Path(__file__).with_name("mesh_kernels_check.py")
 
 
 def _run(*flags, script=CHECK):
@@ -28,6 +29,17 @@ def _run(*flags, script=CHECK):
 
 def test_data_parallel_decoding_is_identical_quick():
     assert _run("--quick") == {"mismatch": []}
+
+
+@pytest.mark.parametrize("decode", [pytest.param(False, id="ops"),
+                                    pytest.param(True, id="decode", marks=pytest.mark.long)])
+def test_invariant_kernels_run_per_shard_on_a_mesh(decode):
+    """Exact numerics' Pallas kernels inside shard_map (interpret mode): each device's kernel
+    sees its shard; one device's bits where the split allows, batch invariance where a
+    row-parallel product adds partials (decode: prompt lookup = plain decoding on a
+    data=2,model=2 mesh, and = one device)."""
+    got = _run(*(["--decode"] if decode else []), script=KERNELS_CHECK)
+    assert got["mismatch"] == [] and got["seen"]["matmul"] and got["seen"]["attention"]
 
 
 @pytest.mark.long

@@ -94,7 +94,7 @@ def rms_norm(x: Array, w: Array, eps: float) -> Array:
 
 
 def linear(x: Array, w: Array, dtype, scale: Array | None = None,
-           exact: bool | str = False) -> Array:
+           exact: bool | str = False, name: str | None = None) -> Array:
     """``x @ w.T`` with ``w`` stored ``[out, in]`` (the checkpoint layout).
 
     Computed as ``(w @ x.T).T`` (on XLA:CPU this orientation ran the small-row products of
@@ -109,7 +109,8 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     out bit-identically whatever the number of rows (the int8 product already does);
     ``"prefill"``: the same, for a prefill (:func:`prefill_matmul`: rows only have to agree
     with other prefills' rows); ``"pallas"`` and ``"pallas_prefill"``: the same through the
-    batch-invariant Pallas kernel (:func:`exact_matmul`).
+    batch-invariant Pallas kernel (:func:`exact_matmul`); ``name``: the weight's name (its
+    split on a mesh, :mod:`specjax.pallas_kernels.invariant_mesh`).
     """
     lead = x.shape[:-1]
     x2 = x.reshape(-1, x.shape[-1])
@@ -119,7 +120,8 @@ def linear(x: Array, w: Array, dtype, scale: Array | None = None,
     if exact == PREFILL:
         return prefill_matmul(x2, w, dtype).reshape(*lead, w.shape[0])
     if exact:
-        return exact_matmul(x2, w, dtype, pallas=exact in _PALLAS).reshape(*lead, w.shape[0])
+        return exact_matmul(x2, w, dtype, pallas=exact in _PALLAS, name=name).reshape(
+            *lead, w.shape[0])
     chunks = small_gemm_chunks(w.shape, x2.shape[0], w.dtype.itemsize)
     if chunks > 1:
         return chunked_matmul(x2, w, chunks, dtype).reshape(*lead, w.shape[0])
@@ -183,16 +185,18 @@ def _row_planned(x: Array, w: Array, dtype, kind: str, shape: tuple, product, ex
     return y.reshape(n * rows, -1)[:t].astype(dtype)
 
 
-def exact_matmul(x: Array, w: Array, dtype, pallas: bool = False) -> Array:
+def exact_matmul(x: Array, w: Array, dtype, pallas: bool = False,
+                 name: str | None = None) -> Array:
     """``x @ w.T`` as the chunked product with rows padded to the reference row class
     (:func:`_row_planned`), so that a row's result does not depend on how many rows share
     it. ``pallas``: through :func:`specjax.pallas_kernels.invariant_matmul.invariant_matmul`
     instead (a fixed tiling whatever the row count: invariant by construction, no probe;
-    the model's ``exact_products="pallas"``)."""
+    the model's ``exact_products="pallas"``; on a mesh inside ``shard_map``, split as the
+    weight called ``name`` is: :mod:`specjax.pallas_kernels.invariant_mesh`)."""
     if pallas:
-        from specjax.pallas_kernels.invariant_matmul import invariant_matmul
+        from specjax.pallas_kernels.invariant_mesh import matmul
 
-        return invariant_matmul(x, w.astype(x.dtype), jnp.float32).astype(dtype)
+        return matmul(x, w.astype(x.dtype), jnp.float32, name=name).astype(dtype)
     chunks = max(small_gemm_chunks(w.shape, 2, w.dtype.itemsize, any_backend=True), 1)
     return _row_planned(x, w, dtype, "linear", (*w.shape, chunks), chunked_matmul, (chunks,))
 
@@ -283,7 +287,7 @@ class Attention(nnx.Module):
         ``prefix_empty`` (static): every row's prefix is empty (prefill), skip that part."""
         B, T, _ = x.shape
         h, kvh, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = linear(x, self.wqkv[...], dtype, _scale(self.wqkv_scale), exact)
+        qkv = linear(x, self.wqkv[...], dtype, _scale(self.wqkv_scale), exact, "wqkv")
         if self.bqkv is not None:
             qkv = qkv + self.bqkv[...].astype(dtype)
         q, k, v = jnp.split(qkv, [h * hd, (h + kvh) * hd], axis=-1)
@@ -310,7 +314,7 @@ class Attention(nnx.Module):
                                       write_block(v_cache, v, lengths), lengths, mask, dtype,
                                       pallas=kern)
             out = linear(out.reshape(B, T, h * hd).astype(dtype), self.wo[...], dtype,
-                         _scale(self.wo_scale), exact)
+                         _scale(self.wo_scale), exact, "wo")
             return out, k_cache, v_cache, k, v
         if write_offset == 0 and W == T:  # the window is the new block itself
             k_win, v_win = k.astype(k_cache.dtype), v.astype(v_cache.dtype)
@@ -380,9 +384,9 @@ class MLP(nnx.Module):
 
     def __call__(self, x, dtype, exact: bool | str = False):
         gate, up = jnp.split(linear(x, self.w_gate_up[...], dtype,
-                                    _scale(self.w_gate_up_scale), exact), 2, axis=-1)
+                                    _scale(self.w_gate_up_scale), exact, "w_gate_up"), 2, axis=-1)
         return linear(jax.nn.silu(gate) * up, self.w_down[...], dtype,
-                      _scale(self.w_down_scale), exact)
+                      _scale(self.w_down_scale), exact, "w_down")
 
 
 class Block(nnx.Module):
@@ -488,7 +492,8 @@ class Llama(nnx.Module):
                 y = prefill_matmul(x2, w.astype(self.dtype), jnp.float32)
             else:
                 y = exact_matmul(x2, w.astype(self.dtype), jnp.float32,
-                                 pallas=getattr(self, "exact_products", "xla") == PALLAS)
+                                 pallas=getattr(self, "exact_products", "xla") == PALLAS,
+                                 name="embed" if self.lm_head is None else "lm_head")
             return y.reshape(*lead, w.shape[0])
         chunks = small_gemm_chunks(w.shape, rows, jnp.dtype(self.dtype).itemsize)
         if chunks > 1:  # a few rows (verification): see chunked_matmul

@@ -466,7 +466,7 @@ def exact_attention(q, k_all, v_all, lengths, mask, dtype, tail: int = EXACT_TAI
     mask = mask.astype(bool)
     part = _product_attention
     if pallas:
-        from specjax.pallas_kernels.invariant_attention import invariant_attention_part as part
+        from specjax.pallas_kernels.invariant_mesh import attention_part as part
     if prefill:
         if k_new is not None:
             raise ValueError("exact_attention: a prefill attends over the written cache "

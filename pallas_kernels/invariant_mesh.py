@@ -1,0 +1,146 @@
+"""The batch-invariant kernels on a device mesh: each device runs them on its own shard, inside
+``jax.shard_map`` (issues 22 and 25).
+
+A ``pallas_call`` is opaque to XLA's SPMD partitioner: on a mesh it runs on gathered,
+replicated operands, every device doing the whole product. Under :func:`sharded` (the decode
+loop enters it on a mesh with the :class:`KernelMesh` of its sharding table) the two kernels of
+exact numerics run per shard instead:
+
+* :func:`matmul` (``x [M, K] @ w [N, K].T``, the projections and the LM head): the rows of
+  ``x`` over the rows' axis (``data``); a weight split over its output rows (``wqkv``,
+  ``w_gate_up``: column parallel) gives each device its output columns, the same bits as one
+  device (an output element's sum over ``K`` is the same program whatever ``N`` is); a
+  weight split over its input columns (``wo``, ``w_down``: row parallel) gives each device a
+  partial sum over its part of ``K``. The partials are gathered (``all_gather``, no
+  arithmetic) and added in device order on every device, never by an all-reduce (a
+  collective's reduction order may depend on the message size, hence on the row count). So
+  on a mesh every row's bits are the same whatever rows share the call: exact decoding stays
+  exact. What a row-parallel split changes is the summation tree against one device
+  (partials added at the end instead of one running sum), so those products agree with one
+  device to float rounding, as the XLA path's do (:mod:`specjax.sharding`);
+* :func:`attention_part` (the product over the cache row): rows over their axis and KV heads
+  over theirs (query head ``h`` belongs to KV head ``h // G``: contiguous chunks line up);
+  every (row, KV head) is its own program, so the bits are one device's.
+
+An axis whose count does not divide the mesh axis's size is left unsplit for that call (the
+partitioner moves what it must); without :func:`sharded` (one device) both are the plain
+kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+
+from specjax.pallas_kernels.invariant_attention import invariant_attention_part
+from specjax.pallas_kernels.invariant_matmul import invariant_matmul
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelMesh:
+    """Where the kernels' operands lie on ``mesh`` (static, hashable).
+
+    Attributes:
+      mesh: the mesh.
+      rows: the axis the batch rows are split over (None: replicated).
+      kv_heads: the axis the KV heads of the cache (and their queries) are split over.
+      weights: ``(name, out_axis, in_axis)`` per weight name (the names of
+        :data:`specjax.sharding.WEIGHT_AXES`): the axes a ``[out, in]`` weight is split
+        over; a name not listed is replicated.
+    """
+
+    mesh: Mesh
+    rows: str | None = None
+    kv_heads: str | None = None
+    weights: tuple[tuple[str, str | None, str | None], ...] = ()
+
+    def weight_axes(self, name: str | None) -> tuple[str | None, str | None]:
+        for n, out_axis, in_axis in self.weights:
+            if n == name:
+                return out_axis, in_axis
+        return None, None
+
+    def size(self, axis: str | None) -> int:
+        return dict(self.mesh.shape).get(axis, 1) if axis is not None else 1
+
+    def fits(self, axis: str | None, count: int) -> str | None:
+        """``axis`` when it splits ``count`` evenly (and has more than one device), else
+        None."""
+        n = self.size(axis)
+        return axis if n > 1 and count % n == 0 else None
+
+
+_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("invariant_kernel_mesh",
+                                                          default=None)
+
+
+@contextlib.contextmanager
+def sharded(kernel_mesh: KernelMesh | None):
+    """Traces :func:`matmul` and :func:`attention_part` inside ``shard_map`` over
+    ``kernel_mesh`` (None: no effect)."""
+    token = _CONTEXT.set(kernel_mesh)
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def current() -> KernelMesh | None:
+    """The :class:`KernelMesh` being traced under, or None."""
+    return _CONTEXT.get()
+
+
+def _ordered_sum(parts: jax.Array) -> jax.Array:
+    """``parts[0] + parts[1] + ...`` in that order (``parts`` stacked on axis 0)."""
+    return functools.reduce(jnp.add, [parts[i] for i in range(parts.shape[0])])
+
+
+def matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *, name: str | None = None,
+           mode: str | None = None) -> jax.Array:
+    """:func:`~specjax.pallas_kernels.invariant_matmul.invariant_matmul` (``x [M, K] @
+    w [N, K].T``), per shard under :func:`sharded`: ``name`` is the weight's name (its split
+    from the :class:`KernelMesh`; None or unknown: replicated)."""
+    km = current()
+    if km is None:
+        return invariant_matmul(x, w, out_dtype, mode=mode)
+    m, k = x.shape
+    out_axis, in_axis = km.weight_axes(name)
+    rows = km.fits(km.rows, m)
+    out_axis = km.fits(out_axis, w.shape[0])
+    in_axis = km.fits(in_axis, k)
+    if rows is None and out_axis is None and in_axis is None:
+        return invariant_matmul(x, w, out_dtype, mode=mode)
+
+    def body(xs, ws):
+        if in_axis is None:
+            return invariant_matmul(xs, ws, out_dtype, mode=mode)
+        part = invariant_matmul(xs, ws, jnp.float32, mode=mode)
+        parts = jax.lax.all_gather(part, in_axis)  # [devices on in_axis, m, n], no sums
+        return _ordered_sum(parts).astype(out_dtype)
+
+    return jax.shard_map(body, mesh=km.mesh, in_specs=(P(rows, in_axis), P(out_axis, in_axis)),
+                         out_specs=P(rows, out_axis), check_vma=False)(x, w)
+
+
+def attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | None = None):
+    """:func:`~specjax.pallas_kernels.invariant_attention.invariant_attention_part`, per shard
+    under :func:`sharded` (rows and KV heads split as the cache is)."""
+    km = current()
+    part = functools.partial(invariant_attention_part, dtype=dtype, mode=mode)
+    if km is None:
+        return part(q, k_all, v_all, pre, m_t)
+    rows = km.fits(km.rows, q.shape[0])
+    kv = km.fits(km.kv_heads, k_all.shape[1])
+    if rows is None and kv is None:
+        return part(q, k_all, v_all, pre, m_t)
+    heads = P(rows, None, kv)  # q [B, T, H, Dh], m_t [B, T, KVH, G], out [B, T, KVH, G, Dh]
+    cache = P(rows, kv)  # k, v [B, KVH, S, Dh]; l, m [B, KVH, G, T]
+    return jax.shard_map(part, mesh=km.mesh, in_specs=(heads, cache, cache, P(rows), heads),
+                         out_specs=(heads, cache, cache), check_vma=False)(
+        q, k_all, v_all, pre, m_t)
