@@ -94,6 +94,9 @@ def main(argv=None) -> int:
     from specjax.pallas_kernels.invariant_matmul import default_mode, invariant_matmul
 
     mode = args.mode or default_mode()
+    if args.attention and mode.startswith("mosaic_gpu"):
+        ap.error("--attention: the attention part has no Mosaic GPU kernel (run it with the "
+                 "backend's mode, without --mode mosaic_gpu)")
     kernel = jax.jit(lambda x, w: invariant_matmul(x, w, jnp.float32, mode=mode))
     xla = jax.jit(lambda x, w: jnp.einsum("ti,oi->to", x, w,
                                           preferred_element_type=jnp.float32))

@@ -38,7 +38,9 @@
 #                 the model's products and attention through them (numerics_checks.py -k
 #                 pallas, SmolLM2's included when its package is installed), and
 #                 scripts/bench_invariant_matmul.py --attention (each kernel against XLA's
-#                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16)
+#                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16),
+#                 then the products again with the Mosaic GPU kernel (--mode mosaic_gpu,
+#                 bfloat16: bench_invariant_matmul_mosaic_gpu.json; its GPU tests ran above)
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
 #                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2
 #                 package), batch 1, 128 new tokens, one cache length ($DECODE_CACHE_LEN,
@@ -154,6 +156,9 @@ if has invariant_matmul; then
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout $limit $py -P scripts/bench_invariant_matmul.py --attention \
     --output "$out/bench_invariant_matmul_gpu.json" 2>&1 | tee -a "$log"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  timeout $limit $py -P scripts/bench_invariant_matmul.py --mode mosaic_gpu --dtypes bfloat16 \
+    --output "$out/bench_invariant_matmul_mosaic_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 

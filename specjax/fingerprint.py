@@ -62,8 +62,16 @@ def model_fingerprint(model) -> dict:
 
 def exact_products_of(model) -> str | None:
     """The product kernels an exact-numerics model runs when they are not the default
-    (``"pallas"``), else None: what results, bench rows and cost keys record."""
+    (``"pallas"``; ``"pallas:mosaic_gpu"`` when ``$SPECJAX_INVARIANT_MATMUL`` picks another
+    kernel for the products than the backend's), else None: what results, bench rows, journal
+    headers and cost keys record."""
     m = getattr(model, "model", model)
     products = getattr(m, "exact_products", "xla")
-    return products if getattr(m, "numerics", "fast") == "exact" and products != "xla" \
-        else None
+    if getattr(m, "numerics", "fast") != "exact" or products == "xla":
+        return None
+    if products == "pallas":  # the products' kernel when not the backend's default
+        from specjax.pallas_kernels.invariant_matmul import default_mode, matmul_mode
+
+        if matmul_mode() != default_mode():
+            return f"pallas:{matmul_mode()}"
+    return products

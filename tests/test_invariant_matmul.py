@@ -1,10 +1,12 @@
 """The batch-invariant product (pallas_kernels/invariant_matmul, issue 22): correct against
 its reference and XLA's product, and a row's bits independent of the row count and of the
 row's position, in the Pallas interpreter and the TPU interpreter on CPU; lowered for TPU and
-for Triton (GPU) from this machine; bad inputs refused. On a GPU the same tests run with the
-Triton kernel (``scripts/gpu_checks.sh``, step ``invariant_matmul``)."""
+for Triton (GPU) from this machine; bad inputs refused. The Mosaic GPU variant in its
+interpreter and exported for CUDA. On a GPU the same tests run with the Triton kernel and the
+Mosaic GPU one (``scripts/gpu_checks.sh``, step ``invariant_matmul``)."""
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -140,6 +142,102 @@ def test_lowers_for_triton(dtype):
                            jax.ShapeDtypeStruct((n, k), dtype)).lower(
             lowering_platforms=("cuda",))
         assert "triton" in lowered.as_text()
+
+
+def _mosaic_gpu_interpreter():
+    try:  # not exported publicly in JAX 0.10.2
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # noqa: F401
+    except ImportError:
+        pytest.skip("this JAX has no Mosaic GPU interpreter")
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_mosaic_gpu_kernel_in_the_interpreter(shape):
+    """The Mosaic GPU kernel (mosaic_gpu.py) under the Mosaic GPU interpreter, bfloat16: the
+    reference's bits (blocks of 64 in order), and a row's bits the same in products of 1, 3,
+    19 and 70 rows (two row tiles) and reversed. The interpreter runs TMA copies, barriers, the
+    double-buffered loop and the store; each block's product is a jnp dot there (its wgmma
+    takes no transposed operand), so the wgmma path is checked by the CUDA export below and
+    on a GPU."""
+    _mosaic_gpu_interpreter()
+    n, k = shape
+    x, w = _operands(70, n, k, jnp.bfloat16, seed=n + k)
+    f = _compiled("mosaic_gpu_interpret")
+    full = np.asarray(f(x, w))
+    assert full.shape == (70, n) and full.dtype == np.float32
+    assert np.array_equal(full, np.asarray(blocked_matmul_reference(x, w, 64)))
+    for m in (1, 3, 19):
+        assert np.array_equal(np.asarray(f(x[:m], w)), full[:m]), m
+    assert np.array_equal(np.asarray(f(x[::-1], w))[::-1], full)
+    assert np.array_equal(np.asarray(f(x[40:41], w)), full[40:41])  # the second row tile's
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4] + [(49152, 576)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_mosaic_gpu_kernel_lowers_for_cuda(shape):
+    """The real (wgmma) kernel through the whole Pallas -> Mosaic GPU lowering (TMA
+    descriptors, swizzled shared memory, wgmma, barriers), exported for CUDA from this
+    machine at SmolLM2's shapes, the LM head included (PTX compilation needs a GPU)."""
+    n, k = shape
+    fn = jax.jit(functools.partial(invariant_matmul, mode="mosaic_gpu"))
+    exported = jax.export.export(fn, platforms=["cuda"])(
+        jax.ShapeDtypeStruct((5, k), jnp.bfloat16), jax.ShapeDtypeStruct((n, k), jnp.bfloat16))
+    assert "mosaic_gpu" in exported.mlir_module()
+
+
+def test_mosaic_gpu_mode_choices(monkeypatch):
+    """Its tile is fixed (64 rows, 128 or 64 columns, blocks of 64); float32 goes to the
+    portable kernel; shapes it cannot tile and other blocks are refused; the mode comes from
+    ``$SPECJAX_INVARIANT_MATMUL`` when none is passed, and is recorded."""
+    from specjax.config import tiny_config
+    from specjax.fingerprint import exact_products_of
+    from specjax.models.loaders import random_model
+    from specjax.pallas_kernels.invariant_matmul import MODE_ENV, matmul_mode
+
+    assert choose_blocks(960, 576, jnp.bfloat16, "mosaic_gpu") == Blocks(64, 64, 64)
+    assert choose_blocks(3072, 576, jnp.bfloat16, "mosaic_gpu") == Blocks(64, 128, 64)
+    assert choose_blocks(960, 576, jnp.float32, "mosaic_gpu") == choose_blocks(
+        960, 576, jnp.float32, "triton")
+    assert choose_blocks(960, 576, jnp.float32, "mosaic_gpu_interpret") == choose_blocks(
+        960, 576, jnp.float32, "interpret")
+    x, w = _operands(3, 300, 576, jnp.float32)  # float32: the portable kernel, interpreted
+    assert np.array_equal(np.asarray(invariant_matmul(x, w, mode="mosaic_gpu_interpret")),
+                          np.asarray(invariant_matmul(x, w, mode="interpret")))
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    with pytest.raises(ValueError, match="multiples of 64, got a weight \\[300, 576\\]"):
+        invariant_matmul(xb, wb, mode="mosaic_gpu_interpret")
+    with pytest.raises(ValueError, match="blocks are fixed"):
+        invariant_matmul(xb[:, :576], wb[:256], mode="mosaic_gpu", blocks=Blocks(16, 64, 64))
+    monkeypatch.delenv(MODE_ENV, raising=False)
+    assert matmul_mode() == default_mode()
+    monkeypatch.setenv(MODE_ENV, "cuda")
+    with pytest.raises(ValueError, match="SPECJAX_INVARIANT_MATMUL='cuda'"):
+        matmul_mode()
+    monkeypatch.setenv(MODE_ENV, "mosaic_gpu_interpret")
+    assert matmul_mode() == "mosaic_gpu_interpret"
+    model = random_model(tiny_config(), seed=0)
+    with warnings.catch_warnings():  # the interpreter's warning (once per process)
+        warnings.simplefilter("ignore")
+        model.set_numerics("exact", products="pallas")
+    assert exact_products_of(model) == "pallas:mosaic_gpu_interpret"
+    monkeypatch.setenv(MODE_ENV, default_mode())
+    assert exact_products_of(model) == "pallas"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a GPU")
+def test_mosaic_gpu_kernel_on_gpu_is_row_invariant():
+    """The Mosaic GPU kernel on a GPU (wgmma): at SmolLM2's shapes and the LM head's, rows of
+    1, 3, 16 and 70 agree bit for bit with the same rows of a larger product, and the values
+    match XLA's product."""
+    f = _compiled("mosaic_gpu")
+    for n, k in SHAPES[:4] + [(49152, 576)]:
+        x, w = _operands(70, n, k, jnp.bfloat16, seed=n)
+        full = np.asarray(f(x, w))
+        for m in (1, 3, 16):
+            assert np.array_equal(np.asarray(f(x[:m], w)), full[:m]), (n, k, m)
+        assert np.array_equal(np.asarray(f(x[::-1], w))[::-1], full), (n, k)
+        np.testing.assert_allclose(full, np.asarray(x.astype(jnp.float32)
+                                                    @ w.astype(jnp.float32).T), atol=2e-2)
 
 
 @pytest.mark.gpu

@@ -1,9 +1,11 @@
 """A batch-invariant matrix product: a row's result does not depend on how many rows share the
 product, nor on where the row sits among them. See :mod:`.kernel`."""
 
-from specjax.pallas_kernels.invariant_matmul.kernel import (MODES, Blocks, choose_blocks,
-                                                            default_mode, invariant_matmul)
+from specjax.pallas_kernels.invariant_matmul.kernel import (MATMUL_MODES, MODE_ENV, MODES,
+                                                            Blocks, choose_blocks,
+                                                            default_mode, invariant_matmul,
+                                                            matmul_mode)
 from specjax.pallas_kernels.invariant_matmul.reference import blocked_matmul_reference
 
-__all__ = ["MODES", "Blocks", "blocked_matmul_reference", "choose_blocks", "default_mode",
-           "invariant_matmul"]
+__all__ = ["MATMUL_MODES", "MODES", "MODE_ENV", "Blocks", "blocked_matmul_reference",
+           "choose_blocks", "default_mode", "invariant_matmul", "matmul_mode"]

@@ -27,7 +27,11 @@ Backends (``mode``):
   Pallas since JAX 0.11 in favour of Mosaic GPU, whose matmuls need ``wgmma`` tiles of 64
   rows, so a Mosaic GPU variant is the follow-up);
 * ``"tpu"``: Mosaic TPU (lowered for TPU on CPU by the tests; NOT RUN ON TPU HARDWARE);
-* ``"tpu_interpret"``: the Mosaic TPU kernel under the TPU interpreter, on CPU.
+* ``"tpu_interpret"``: the Mosaic TPU kernel under the TPU interpreter, on CPU;
+* ``"mosaic_gpu"``: the Mosaic GPU (Hopper ``wgmma``) kernel of :mod:`.mosaic_gpu` for
+  bfloat16 and float16 operands (float32 goes to Triton: ``wgmma`` would run it in tf32);
+  opt-in on a GPU with ``SPECJAX_INVARIANT_MATMUL=mosaic_gpu`` (NOT YET RUN ON A GPU);
+  ``"mosaic_gpu_interpret"``: that kernel under the Mosaic GPU interpreter, on CPU.
 
 What is by construction and what is hardware's: the order over the ``K`` blocks is the
 program's; inside one block, that a row's dot product is summed the same way in every row of
@@ -39,13 +43,17 @@ every element of one tile shape), which the tests check in interpret mode on CPU
 from __future__ import annotations
 
 import functools
+import os
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
-MODES = ("interpret", "triton", "tpu", "tpu_interpret")
+MODES = ("interpret", "triton", "tpu", "tpu_interpret")  # the portable pallas_call kernel's
+# the products' modes: the portable kernel's and the Mosaic GPU kernel's (:mod:`.mosaic_gpu`)
+MATMUL_MODES = MODES + ("mosaic_gpu", "mosaic_gpu_interpret")
+MODE_ENV = "SPECJAX_INVARIANT_MATMUL"  # the products' mode when none is passed
 
 
 class Blocks(NamedTuple):
@@ -60,6 +68,15 @@ class Blocks(NamedTuple):
 def default_mode() -> str:
     """``"triton"`` on GPU, ``"tpu"`` on TPU, ``"interpret"`` elsewhere."""
     return {"gpu": "triton", "tpu": "tpu"}.get(jax.default_backend(), "interpret")
+
+
+def matmul_mode() -> str:
+    """The products' mode: ``$SPECJAX_INVARIANT_MATMUL`` (one of :data:`MATMUL_MODES`) or
+    :func:`default_mode`."""
+    mode = os.environ.get(MODE_ENV, "") or default_mode()
+    if mode not in MATMUL_MODES:
+        raise ValueError(f"${MODE_ENV}={mode!r}: must be one of {', '.join(MATMUL_MODES)}")
+    return mode
 
 
 def _largest_divisor(k: int, options: tuple[int, ...]) -> int | None:
@@ -78,8 +95,14 @@ def choose_blocks(n: int, k: int, dtype, mode: str) -> Blocks:
     * ``block_k``: on TPU the largest of 512, 256, 128 dividing ``k``, else ``k`` whole (one
       block); elsewhere the largest of 64, 32, 16 dividing ``k``.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode not in MATMUL_MODES:
+        raise ValueError(f"mode must be one of {MATMUL_MODES}, got {mode!r}")
+    if mode.startswith("mosaic_gpu"):
+        from specjax.pallas_kernels.invariant_matmul import mosaic_gpu
+
+        if jnp.dtype(dtype) in mosaic_gpu.SUPPORTED_DTYPES:
+            return Blocks(mosaic_gpu.BLOCK_M, mosaic_gpu.block_n(n), mosaic_gpu.BLOCK_K)
+        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # float32: not wgmma's
     itemsize = jnp.dtype(dtype).itemsize
     if mode == "triton":
         bm, bn = 16, 64
@@ -140,13 +163,15 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
       x: ``[M, K]`` floating-point rows (``M >= 0``).
       w: ``[N, K]``, the same dtype as ``x``.
       out_dtype: the result's dtype.
-      mode: one of :data:`MODES`; None: :func:`default_mode`.
+      mode: one of :data:`MATMUL_MODES`; None: :func:`matmul_mode`. ``"mosaic_gpu"`` (and
+        its interpreter) take bfloat16 and float16 operands, float32 goes to ``"triton"``
+        (``"interpret"``).
       blocks: the tile; None: :func:`choose_blocks` (pass the same blocks for every product
-        that must agree).
+        that must agree; the Mosaic GPU kernel's are fixed).
     """
-    mode = default_mode() if mode is None else mode
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    mode = matmul_mode() if mode is None else mode
+    if mode not in MATMUL_MODES:
+        raise ValueError(f"mode must be one of {MATMUL_MODES}, got {mode!r}")
     if x.ndim != 2 or w.ndim != 2:
         raise ValueError(f"invariant_matmul: x must be [M, K] and w [N, K], got {x.shape} "
                          f"and {w.shape}")
@@ -159,6 +184,22 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"invariant_matmul: {x.dtype} operands; integer products accumulate "
                          f"exactly in any order and need no invariant kernel")
+    if mode.startswith("mosaic_gpu"):
+        from specjax.pallas_kernels.invariant_matmul import mosaic_gpu
+
+        if jnp.dtype(x.dtype) in mosaic_gpu.SUPPORTED_DTYPES:
+            if blocks is not None and Blocks(*blocks) != choose_blocks(n, k, x.dtype, mode):
+                raise ValueError(f"invariant_matmul (mosaic_gpu): its blocks are fixed at "
+                                 f"{tuple(choose_blocks(n, k, x.dtype, mode))}, got {blocks}")
+            if m == 0 or n == 0:
+                return jnp.zeros((m, n), out_dtype)
+            interpret = None
+            if mode == "mosaic_gpu_interpret":
+                from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+                interpret = InterpretGPUParams()
+            return mosaic_gpu.invariant_matmul_mosaic_gpu(x, w, out_dtype, interpret=interpret)
+        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # float32: not wgmma's
     b = choose_blocks(n, k, x.dtype, mode) if blocks is None else Blocks(*blocks)
     if k % b.block_k:
         raise ValueError(f"invariant_matmul: block_k={b.block_k} must divide K={k}")

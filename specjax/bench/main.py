@@ -161,7 +161,7 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
             **({"cache_len": config.cache_len} if config.cache_len else {}),
             # journals written before --numerics existed ran fast numerics
             **({"numerics": config.numerics} if config.numerics != "fast" else {}),
-            **({"exact_products": config.exact_products}
+            **({"exact_products": exact_products_of(lm)}
                if config.exact_products not in (None, "xla") else {})})
     if config.time_limit is not None and config.time_limit < 0:
         raise BenchError(f"--time-limit must be >= 0 minutes, got {config.time_limit}")
