@@ -58,12 +58,13 @@ def _attention_cases(args, mode: str, cases: list) -> int:
         full = [np.asarray(a) for a in kernel(q, k, v, pre, m_t)]
         same = all(np.array_equal(np.asarray(kernel(q[:, :m], k, v, pre[:, :m], m_t[:, :m])[0]),
                                   full[0][:, :m]) for m in args.rows)
-        err = float(np.max(np.abs(full[0] - np.asarray(planned(q, k, v, pre, m_t)[0]))))
+        ref = np.asarray(planned(q, k, v, pre, m_t)[0])  # unnormalised: relative to its size
+        err = float(np.max(np.abs(full[0] - ref)) / max(1.0, float(np.max(np.abs(ref)))))
         failed += not (same and err < 1e-2)
         for m in args.rows:
             a = (q[:, :m], k, v, pre[:, :m], m_t[:, :m])
             row = {"dtype": dname, "shape": "attention", "cache": s, "rows": m,
-                   "rows_identical": same, "max_abs_vs_xla": err,
+                   "rows_identical": same, "max_rel_vs_xla": err,
                    "kernel_ms": 1e3 * median_seconds(kernel, *a, repeats=args.reps),
                    "exact_xla_ms": 1e3 * median_seconds(planned, *a, repeats=args.reps)}
             row["kernel_vs_exact_xla"] = row["kernel_ms"] / row["exact_xla_ms"]
@@ -94,9 +95,6 @@ def main(argv=None) -> int:
     from specjax.pallas_kernels.invariant_matmul import default_mode, invariant_matmul
 
     mode = args.mode or default_mode()
-    if args.attention and mode.startswith("mosaic_gpu"):
-        ap.error("--attention: the attention part has no Mosaic GPU kernel (run it with the "
-                 "backend's mode, without --mode mosaic_gpu)")
     kernel = jax.jit(lambda x, w: invariant_matmul(x, w, jnp.float32, mode=mode))
     xla = jax.jit(lambda x, w: jnp.einsum("ti,oi->to", x, w,
                                           preferred_element_type=jnp.float32))

@@ -39,8 +39,9 @@
 #                 pallas, SmolLM2's included when its package is installed), and
 #                 scripts/bench_invariant_matmul.py --attention (each kernel against XLA's
 #                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16),
-#                 then the products again with the Mosaic GPU kernel (--mode mosaic_gpu,
-#                 bfloat16: bench_invariant_matmul_mosaic_gpu.json; its GPU tests ran above)
+#                 then both again with the Mosaic GPU kernels (--mode mosaic_gpu,
+#                 bfloat16: bench_invariant_matmul_mosaic_gpu.json; the Mosaic GPU kernels'
+#                 GPU tests, and their model-level check in numerics_checks.py, ran above)
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
 #                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2
 #                 package), batch 1, 128 new tokens, one cache length ($DECODE_CACHE_LEN,
@@ -48,7 +49,8 @@
 #                 a run took ~55 s on an H200 on 2026-11-28, mostly compiling, and two
 #                 runs of 36 filled 150 s); $DECODE_ARGS: more bench flags;
 #                 DECODE_PALLAS=1: a third run with --exact-products pallas (the
-#                 batch-invariant kernels' price in the decode loop)
+#                 batch-invariant kernels' price in the decode loop); DECODE_MOSAIC=1: one
+#                 more with their Mosaic GPU variants (SPECJAX_INVARIANT_KERNELS=mosaic_gpu)
 # Each step is cut at $STEP_TIMEOUT seconds (default 900).
 # The log lands in OUTDIR/log.txt and the results as JSON beside it (default out/gpu).
 # specjax must be importable (pip install .).
@@ -151,26 +153,31 @@ if has invariant_matmul; then
     --junitxml="$out/invariant_matmul_tests.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   SPECJAX_EXACT_PRODUCTS=pallas XLA_FLAGS="" timeout $limit $py -P -m pytest \
-    tests/numerics_checks.py -q -p no:cacheprovider -k pallas -m "long or not long" -rs \
+    tests/numerics_checks.py -q -p no:cacheprovider -k "pallas or mosaic_gpu" \
+    -m "long or not long" -rs \
     --junitxml="$out/invariant_matmul_numerics.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout $limit $py -P scripts/bench_invariant_matmul.py --attention \
     --output "$out/bench_invariant_matmul_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout $limit $py -P scripts/bench_invariant_matmul.py --mode mosaic_gpu --dtypes bfloat16 \
+    --attention \
     --output "$out/bench_invariant_matmul_mosaic_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 
 if has decode_bench; then
-  for num in fast exact ${DECODE_PALLAS:+exact-pallas}; do
-    extra=()
-    [ "$num" = exact-pallas ] && { num=exact; extra=(--exact-products pallas); }
+  for num in fast exact ${DECODE_PALLAS:+exact-pallas} ${DECODE_MOSAIC:+exact-mosaic}; do
+    extra=(); kernels=""; tag=""
+    [ "$num" = exact-pallas ] && { num=exact; extra=(--exact-products pallas); tag=_pallas; }
+    [ "$num" = exact-mosaic ] && { num=exact; extra=(--exact-products pallas); tag=_mosaic;
+                                   kernels=mosaic_gpu; }
+    SPECJAX_INVARIANT_KERNELS=$kernels \
     timeout $limit $py -P -m specjax.cli bench --model smollm2-135m --dtype bfloat16 \
       --numerics $num ${extra[@]+"${extra[@]}"} --methods prompt_lookup,eagle --limit 1 \
       --max-new-tokens 128 --repeats 2 \
       --cache-len ${DECODE_CACHE_LEN:-512} ${DECODE_ARGS:-} \
-      --output "$out/decode_bf16_$num${extra:+_pallas}.json" 2>&1 | tee -a "$log"
+      --output "$out/decode_bf16_$num$tag.json" 2>&1 | tee -a "$log"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
 fi

@@ -62,7 +62,7 @@ def model_fingerprint(model) -> dict:
 
 def exact_products_of(model) -> str | None:
     """The product kernels an exact-numerics model runs when they are not the default
-    (``"pallas"``; ``"pallas:mosaic_gpu"`` when ``$SPECJAX_INVARIANT_MATMUL`` picks another
+    (``"pallas"``; ``"pallas:mosaic_gpu"`` when ``$SPECJAX_INVARIANT_KERNELS`` picks another
     kernel for the products than the backend's), else None: what results, bench rows, journal
     headers and cost keys record."""
     m = getattr(model, "model", model)
@@ -70,8 +70,8 @@ def exact_products_of(model) -> str | None:
     if getattr(m, "numerics", "fast") != "exact" or products == "xla":
         return None
     if products == "pallas":  # the products' kernel when not the backend's default
-        from specjax.pallas_kernels.invariant_matmul import default_mode, matmul_mode
+        from specjax.pallas_kernels.invariant_matmul import default_mode, kernel_mode
 
-        if matmul_mode() != default_mode():
-            return f"pallas:{matmul_mode()}"
+        if kernel_mode() != default_mode():
+            return f"pallas:{kernel_mode()}"
     return products

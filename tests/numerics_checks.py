@@ -411,6 +411,51 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
     np.testing.assert_allclose(ref, xla, atol=tol, rtol=tol)
 
 
+def test_mosaic_gpu_kernels_verify_blocks_equal_one_token_decoding(monkeypatch):
+    """With ``$SPECJAX_INVARIANT_KERNELS=mosaic_gpu_interpret`` (the Mosaic GPU kernels under
+    their interpreter; ``mosaic_gpu`` on a GPU), a model whose shapes they take (head dim 64, widths multiples of 64,
+    bfloat16): every product and attention part runs the Mosaic GPU kernels, and a verify
+    block over k = 1, 2, 5 tokens at batch 3 gives the logits of one-token decoding bit for
+    bit."""
+    try:  # not exported publicly in JAX 0.10.2
+        from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # noqa: F401
+    except ImportError:
+        if jax.default_backend() != "gpu":
+            pytest.skip("this JAX has no Mosaic GPU interpreter")
+    from specjax.pallas_kernels.invariant_attention import mosaic_gpu as attention_gpu
+    from specjax.pallas_kernels.invariant_matmul import MODE_ENV
+    from specjax.pallas_kernels.invariant_matmul import mosaic_gpu as matmul_gpu
+
+    # on a GPU the kernels themselves (wgmma), elsewhere their interpreter
+    monkeypatch.setenv(MODE_ENV, "mosaic_gpu" if jax.default_backend() == "gpu"
+                       else "mosaic_gpu_interpret")
+    calls, attention_calls = [], []
+    kernel = matmul_gpu.invariant_matmul_mosaic_gpu
+    attention = attention_gpu.invariant_attention_part_mosaic_gpu
+    monkeypatch.setattr(matmul_gpu, "invariant_matmul_mosaic_gpu",
+                        lambda x, w, *a, **kw: calls.append(w.shape) or kernel(x, w, *a, **kw))
+    monkeypatch.setattr(attention_gpu, "invariant_attention_part_mosaic_gpu",
+                        lambda q, *a, **kw: attention_calls.append(q.shape)
+                        or attention(q, *a, **kw))
+    model = exact_model("bfloat16", vocab_size=128, hidden_size=128, intermediate_size=256,
+                        num_heads=2, num_kv_heads=1, head_dim=64)
+    model.set_numerics("exact", products="pallas")
+    rng = np.random.default_rng(9)
+    seq = rng.integers(0, 128, (3, 24))
+    lens = [4, 9, 6]
+    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(3)], 32)
+    ref = _decode_each(model, cache0, seq, 5)
+    L = np.asarray(cache0.lengths)
+    for k in (1, 2, 5):
+        idx = L[:, None] + np.arange(k)[None]
+        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
+        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
+        assert np.array_equal(got, ref[:, :k]), k
+    # the four projections and the LM head, and attention, through the Mosaic GPU kernels
+    assert set(calls) == {(256, 128), (128, 128), (512, 128), (128, 256)}, set(calls)
+    assert {s[1] for s in attention_calls} >= {1, 5}, attention_calls
+
+
 @pytest.mark.parametrize("drafter", grid(("prompt_lookup", "draft_model"), quick=["prompt_lookup"]))
 def test_pallas_products_greedy_speculative_equals_plain(drafter, release_compiled,
                                                          monkeypatch):

@@ -21,7 +21,10 @@ measured to share XLA's order (the probe); here it is the program's:
   so a longer cache adds only zeros: a row's bits do not depend on its batch's cache length.
 
 Backends as in :mod:`specjax.pallas_kernels.invariant_matmul`: ``"interpret"``, ``"triton"``
-(NOT YET RUN ON A GPU), ``"tpu"`` (NOT RUN ON TPU HARDWARE), ``"tpu_interpret"``. Within one
+(NOT YET RUN ON A GPU), ``"tpu"`` (NOT RUN ON TPU HARDWARE), ``"tpu_interpret"``, and
+``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"`` (:mod:`.mosaic_gpu`: bfloat16 and float16 with a
+head dim that is a multiple of 64; other inputs go to ``"triton"`` / ``"interpret"``; NOT YET
+RUN ON A GPU). Within one
 block, that each row of the tile sums its dot products and its ``p`` alike is the tile
 instructions' property; checked in interpret mode on CPU by the tests, on a GPU by
 ``scripts/gpu_checks.sh`` (step ``invariant_matmul``).
@@ -96,7 +99,9 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
       pre: ``bool[B, T, S]`` the slots each query reads here.
       m_t: ``float32[B, T, KVH, G]`` the max of each query's other scores (``-inf``: none).
       dtype: the products' operand dtype (float32 accumulation).
-      mode: one of :data:`MODES`; None: by the backend (as ``invariant_matmul``).
+      mode: one of :data:`MODES` or ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"``; None:
+        :func:`specjax.pallas_kernels.invariant_matmul.kernel_mode` (the backend's, or
+        ``$SPECJAX_INVARIANT_KERNELS``).
       blocks: ``(block_m, block_s)``; None: :func:`block_sizes` (calls that must agree take
         the same blocks).
 
@@ -104,9 +109,12 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
       ``(out [B, T, KVH, G, Dh], l [B, KVH, G, T], m [B, KVH, G, T])``, float32: unnormalised
       outputs, the exponentials' sums and the max they are relative to.
     """
-    from specjax.pallas_kernels.invariant_matmul.kernel import call_params, default_mode
+    from specjax.pallas_kernels.invariant_matmul.kernel import (KERNEL_MODES, call_params,
+                                                                kernel_mode)
 
-    mode = default_mode() if mode is None else mode
+    mode = kernel_mode() if mode is None else mode
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
     B, T, H, hd = q.shape
     if k_all.ndim != 4 or k_all.shape[0] != B or k_all.shape[3] != hd or \
             v_all.shape != k_all.shape:
@@ -119,6 +127,21 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
         raise ValueError(f"invariant_attention_part: pre must be [B, T, S] = {(B, T, S)} and "
                          f"m_t [B, T, KVH, G] = {(B, T, kvh, H // kvh)}, got {pre.shape} and "
                          f"{m_t.shape}")
+    if mode.startswith("mosaic_gpu"):
+        from specjax.pallas_kernels.invariant_attention import mosaic_gpu
+
+        if mosaic_gpu.unsupported_reason(dtype, hd) is None:
+            if blocks is not None:
+                raise ValueError(f"invariant_attention_part (mosaic_gpu): its blocks are fixed "
+                                 f"at {(mosaic_gpu.BLOCK_M, mosaic_gpu.BLOCK_S)}, got {blocks}")
+            interpret = None
+            if mode == "mosaic_gpu_interpret":
+                from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+                interpret = InterpretGPUParams()
+            return mosaic_gpu.invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t,
+                                                                  dtype, interpret=interpret)
+        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's inputs
     G = H // kvh
     bm, bs = block_sizes(dtype, mode) if blocks is None else blocks
     rows = T * G

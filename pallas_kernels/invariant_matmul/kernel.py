@@ -29,8 +29,9 @@ Backends (``mode``):
 * ``"tpu"``: Mosaic TPU (lowered for TPU on CPU by the tests; NOT RUN ON TPU HARDWARE);
 * ``"tpu_interpret"``: the Mosaic TPU kernel under the TPU interpreter, on CPU;
 * ``"mosaic_gpu"``: the Mosaic GPU (Hopper ``wgmma``) kernel of :mod:`.mosaic_gpu` for
-  bfloat16 and float16 operands (float32 goes to Triton: ``wgmma`` would run it in tf32);
-  opt-in on a GPU with ``SPECJAX_INVARIANT_MATMUL=mosaic_gpu`` (NOT YET RUN ON A GPU);
+  bfloat16 and float16 operands whose ``N`` and ``K`` are multiples of 64 (other products go to
+  Triton: float32 because ``wgmma`` would run it in tf32);
+  opt-in on a GPU with ``SPECJAX_INVARIANT_KERNELS=mosaic_gpu`` (NOT YET RUN ON A GPU);
   ``"mosaic_gpu_interpret"``: that kernel under the Mosaic GPU interpreter, on CPU.
 
 What is by construction and what is hardware's: the order over the ``K`` blocks is the
@@ -51,9 +52,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 MODES = ("interpret", "triton", "tpu", "tpu_interpret")  # the portable pallas_call kernel's
-# the products' modes: the portable kernel's and the Mosaic GPU kernel's (:mod:`.mosaic_gpu`)
-MATMUL_MODES = MODES + ("mosaic_gpu", "mosaic_gpu_interpret")
-MODE_ENV = "SPECJAX_INVARIANT_MATMUL"  # the products' mode when none is passed
+# the kernels' modes: the portable ones' and the Mosaic GPU ones' (:mod:`.mosaic_gpu`, and
+# :mod:`specjax.pallas_kernels.invariant_attention.mosaic_gpu` for attention)
+KERNEL_MODES = MODES + ("mosaic_gpu", "mosaic_gpu_interpret")
+MODE_ENV = "SPECJAX_INVARIANT_KERNELS"  # the kernels' mode when none is passed
 
 
 class Blocks(NamedTuple):
@@ -70,12 +72,12 @@ def default_mode() -> str:
     return {"gpu": "triton", "tpu": "tpu"}.get(jax.default_backend(), "interpret")
 
 
-def matmul_mode() -> str:
-    """The products' mode: ``$SPECJAX_INVARIANT_MATMUL`` (one of :data:`MATMUL_MODES`) or
-    :func:`default_mode`."""
+def kernel_mode() -> str:
+    """The invariant kernels' mode (products and attention): ``$SPECJAX_INVARIANT_KERNELS``
+    (one of :data:`KERNEL_MODES`) or :func:`default_mode`."""
     mode = os.environ.get(MODE_ENV, "") or default_mode()
-    if mode not in MATMUL_MODES:
-        raise ValueError(f"${MODE_ENV}={mode!r}: must be one of {', '.join(MATMUL_MODES)}")
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"${MODE_ENV}={mode!r}: must be one of {', '.join(KERNEL_MODES)}")
     return mode
 
 
@@ -95,14 +97,14 @@ def choose_blocks(n: int, k: int, dtype, mode: str) -> Blocks:
     * ``block_k``: on TPU the largest of 512, 256, 128 dividing ``k``, else ``k`` whole (one
       block); elsewhere the largest of 64, 32, 16 dividing ``k``.
     """
-    if mode not in MATMUL_MODES:
-        raise ValueError(f"mode must be one of {MATMUL_MODES}, got {mode!r}")
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
     if mode.startswith("mosaic_gpu"):
         from specjax.pallas_kernels.invariant_matmul import mosaic_gpu
 
-        if jnp.dtype(dtype) in mosaic_gpu.SUPPORTED_DTYPES:
+        if mosaic_gpu.unsupported_reason(dtype, n, k) is None:
             return Blocks(mosaic_gpu.BLOCK_M, mosaic_gpu.block_n(n), mosaic_gpu.BLOCK_K)
-        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # float32: not wgmma's
+        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's operands
     itemsize = jnp.dtype(dtype).itemsize
     if mode == "triton":
         bm, bn = 16, 64
@@ -163,15 +165,15 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
       x: ``[M, K]`` floating-point rows (``M >= 0``).
       w: ``[N, K]``, the same dtype as ``x``.
       out_dtype: the result's dtype.
-      mode: one of :data:`MATMUL_MODES`; None: :func:`matmul_mode`. ``"mosaic_gpu"`` (and
-        its interpreter) take bfloat16 and float16 operands, float32 goes to ``"triton"``
-        (``"interpret"``).
+      mode: one of :data:`KERNEL_MODES`; None: :func:`kernel_mode`. ``"mosaic_gpu"`` (and
+        its interpreter) take bfloat16 and float16 operands with ``N`` and ``K`` multiples of
+        64; other products go to ``"triton"`` (``"interpret"``).
       blocks: the tile; None: :func:`choose_blocks` (pass the same blocks for every product
         that must agree; the Mosaic GPU kernel's are fixed).
     """
-    mode = matmul_mode() if mode is None else mode
-    if mode not in MATMUL_MODES:
-        raise ValueError(f"mode must be one of {MATMUL_MODES}, got {mode!r}")
+    mode = kernel_mode() if mode is None else mode
+    if mode not in KERNEL_MODES:
+        raise ValueError(f"mode must be one of {KERNEL_MODES}, got {mode!r}")
     if x.ndim != 2 or w.ndim != 2:
         raise ValueError(f"invariant_matmul: x must be [M, K] and w [N, K], got {x.shape} "
                          f"and {w.shape}")
@@ -187,7 +189,7 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
     if mode.startswith("mosaic_gpu"):
         from specjax.pallas_kernels.invariant_matmul import mosaic_gpu
 
-        if jnp.dtype(x.dtype) in mosaic_gpu.SUPPORTED_DTYPES:
+        if mosaic_gpu.unsupported_reason(x.dtype, n, k) is None:
             if blocks is not None and Blocks(*blocks) != choose_blocks(n, k, x.dtype, mode):
                 raise ValueError(f"invariant_matmul (mosaic_gpu): its blocks are fixed at "
                                  f"{tuple(choose_blocks(n, k, x.dtype, mode))}, got {blocks}")
@@ -199,7 +201,7 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
 
                 interpret = InterpretGPUParams()
             return mosaic_gpu.invariant_matmul_mosaic_gpu(x, w, out_dtype, interpret=interpret)
-        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # float32: not wgmma's
+        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's operands
     b = choose_blocks(n, k, x.dtype, mode) if blocks is None else Blocks(*blocks)
     if k % b.block_k:
         raise ValueError(f"invariant_matmul: block_k={b.block_k} must divide K={k}")

@@ -14,9 +14,9 @@ float32 sum in registers; one store at the end. The tile depends on ``N`` alone
 one-row decode step and a batch of 17 run the same instructions in the same order for every
 row, and no ``K`` split across CTAs.
 
-Supported: bfloat16 and float16 operands (``wgmma`` would run float32 in tf32: float32 stays
-with the Triton or interpreter kernels), ``K`` a multiple of 64, ``N`` a multiple of 64
-(SmolLM2's 960, 1536, 3072 and 49152 are).
+Supported: bfloat16 and float16 operands (``wgmma`` would run float32 in tf32), ``K`` and
+``N`` multiples of 64 (SmolLM2's 576, 960, 1536, 3072 and 49152 are); other products go to
+the Triton kernel (:func:`.kernel.invariant_matmul`).
 
 Checked on CPU only (no GPU was lent to the session that wrote it, 2026-12-06):
 
@@ -28,7 +28,8 @@ Checked on CPU only (no GPU was lent to the session that wrote it, 2026-12-06):
   :mod:`specjax.pallas_kernels.tree_attention.mosaic_gpu`): a row's bits the same across row
   counts and positions, and equal to :func:`.reference.blocked_matmul_reference`;
 * NOT YET RUN ON A GPU: ``bash scripts/gpu_checks.sh OUT invariant_matmul`` runs its tests
-  and times it (``SPECJAX_INVARIANT_MATMUL=mosaic_gpu`` selects it for exact decoding).
+  and times it (``SPECJAX_INVARIANT_KERNELS=mosaic_gpu`` selects it, and the attention
+  part's Mosaic GPU kernel, for exact decoding).
 """
 
 from __future__ import annotations
