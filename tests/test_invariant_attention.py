@@ -2,7 +2,8 @@
 against its reference and exact numerics' XLA form, and a query's bits independent of the
 other queries and rows in the call and of the cache's length, in the Pallas interpreter and
 the TPU interpreter on CPU; lowered for TPU and for Triton from this machine; the Mosaic GPU
-variant in its interpreter and exported for CUDA. The model-level checks (verify blocks, trees, batches with the kernels) are in tests/numerics_checks.py."""
+variant in its interpreter and exported for CUDA. The model-level checks (verify blocks,
+trees, batches with the kernels) are in tests/numerics_checks.py."""
 
 import functools
 
