@@ -414,9 +414,9 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
 def test_mosaic_gpu_kernels_verify_blocks_equal_one_token_decoding(monkeypatch):
     """With ``$SPECJAX_INVARIANT_KERNELS=mosaic_gpu_interpret`` (the Mosaic GPU kernels under
     their interpreter; ``mosaic_gpu`` on a GPU), a model whose shapes they take (head dim 64,
-    widths multiples of 64, bfloat16): every product and attention part runs the Mosaic GPU kernels, and a verify
-    block over k = 1, 2, 5 tokens at batch 3 gives the logits of one-token decoding bit for
-    bit."""
+    widths multiples of 64, bfloat16): every product and attention part runs the Mosaic GPU
+    kernels, and a verify block over k = 1, 2, 5 tokens at batch 3 gives the logits of
+    one-token decoding bit for bit."""
     try:  # not exported publicly in JAX 0.10.2
         from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams  # noqa: F401
     except ImportError:
