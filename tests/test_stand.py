@@ -228,6 +228,10 @@ def test_bad_files(target, prompts, tmp_path):
              ctx=0, ids=0, w=0, count=0)
     with pytest.raises(DrafterError, match="is not a specjax-stand-tables file"):
         drafters.make("stand", target, memory=str(other))
+    np.savez(other, header=np.frombuffer(json.dumps([1, 2]).encode(), np.uint8),
+             ctx=0, ids=0, w=0, count=0)  # a header that is not an object (was a crash)
+    with pytest.raises(DrafterError, match=r"not a specjax-stand-tables file .*found \[1, 2\]"):
+        drafters.make("stand", target, memory=str(other))
     z = dict(np.load(path))
     z["ids"] = z["ids"][:, :, :10]
     with open(tmp_path / "cut.npz", "wb") as f:

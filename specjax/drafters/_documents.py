@@ -1,6 +1,7 @@
 """Token documents saved as ``.npz`` files, bound to one vocabulary: the file format and the
 checks shared by the suffix cache (:mod:`specjax.drafters.suffix`) and the SSSD datastore
-(:mod:`specjax.drafters.sssd`).
+(:mod:`specjax.drafters.sssd`); and the header checks of the table files of Token Recycling
+and STAND (:func:`read_tables`).
 
 A file holds ``meta`` (JSON: ``format``, ``version``, ``vocab_size``, ``tokenizer`` and the
 owner's own fields), ``tokens`` (int32, every document concatenated) and ``lengths`` (one per
@@ -98,3 +99,39 @@ def read(path: Path, fmt: str, version: int, what: str, noun: str
         raise DrafterError(f"{what} {path} is corrupt: token ids outside [0, {vocab})")
     docs = np.split(tokens, np.cumsum(lengths)[:-1]) if lengths.size else []
     return meta, docs
+
+
+def read_tables(path: Path, owner: str, label: str, fmt: str, version: int,
+                names: tuple[str, ...], want: dict, tokenizer: str | None,
+                meaning: str) -> tuple[dict, dict[str, np.ndarray]]:
+    """``(header, arrays)`` of a table file (an ``.npz`` of a JSON ``header`` and the arrays
+    ``names``), checked: unreadable, another format or version, another configuration
+    (``want``: the header's fields and the values they must have; None: not checked), another
+    tokenizer: errors naming the file. ``owner`` prefixes them ("stand"), ``label`` names the
+    kind of file ("STAND table file"), ``meaning`` says what another tokenizer's ids would
+    mean. The arrays' own checks are the owner's."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            header = json.loads(bytes(z["header"]).decode())
+            arrays = {k: np.asarray(z[k]) for k in names}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
+            UnicodeDecodeError, EOFError) as e:
+        raise DrafterError(f"{owner}: {path} is not a readable {label} "
+                           f"({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict) or header.get("format") != fmt or \
+            header.get("version") != version:
+        got = header if not isinstance(header, dict) else (
+            f"{header.get('format')!r} version {header.get('version')!r}")
+        raise DrafterError(f"{owner}: {path} is not a {fmt} file of version {version} "
+                           f"(found {got})")
+    bad = {k: (header.get(k), v) for k, v in want.items()
+           if v is not None and header.get(k) != v}
+    if bad:
+        raise DrafterError(f"{owner}: {path} was written for another configuration: "
+                           + ", ".join(f"{k} {a!r} in the file, {b!r} here"
+                                       for k, (a, b) in bad.items()))
+    if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
+        raise DrafterError(f"{owner}: {path} was written with another tokenizer "
+                           f"({header['tokenizer']} vs {tokenizer}): {meaning}")
+    return header, arrays

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import zipfile
 from pathlib import Path
 from typing import ClassVar
 
@@ -55,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specjax.atomic import replacing
+from specjax.drafters import _documents
 from specjax.drafters._chain import call_stop, keep_q, stop_carry0
 from specjax.drafters.base import DRAFTERS, StepContext, check_k, target_ids, tree_field
 from specjax.errors import DrafterError
@@ -213,27 +213,10 @@ class StandMemory:
     def load(cls, path: Path, order: int, buckets: int, width: int, vocab_size: int,
              tokenizer: str | None) -> "StandMemory":
         path = Path(path)
-        try:
-            with np.load(path) as z:
-                header = json.loads(bytes(z["header"]).decode())
-                arrays = {k: z[k] for k in ("ctx", "ids", "w", "count")}
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
-                UnicodeDecodeError, EOFError) as e:
-            raise DrafterError(f"stand: {path} is not a readable STAND table file "
-                               f"({type(e).__name__}: {e})") from None
-        if header.get("format") != FORMAT or header.get("version") != VERSION:
-            raise DrafterError(f"stand: {path} is not a {FORMAT} file of version {VERSION} "
-                               f"(found {header.get('format')!r} version "
-                               f"{header.get('version')!r})")
-        want = {"order": order, "buckets": buckets, "width": width, "vocab_size": vocab_size}
-        bad = {k: (header.get(k), v) for k, v in want.items() if header.get(k) != v}
-        if bad:
-            raise DrafterError(f"stand: {path} was written for another configuration: " + ", ".join(
-                f"{k} {a!r} in the file, {b!r} here" for k, (a, b) in bad.items()))
-        if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
-            raise DrafterError(f"stand: {path} was written with another tokenizer "
-                               f"({header['tokenizer']} vs {tokenizer}): its n-grams mean "
-                               "nothing for this target")
+        header, arrays = _documents.read_tables(
+            path, "stand", "STAND table file", FORMAT, VERSION, ("ctx", "ids", "w", "count"),
+            {"order": order, "buckets": buckets, "width": width, "vocab_size": vocab_size},
+            tokenizer, "its n-grams mean nothing for this target")
         shapes = {"ctx": (1, order, buckets, order), "ids": (1, order, buckets, width),
                   "w": (1, order, buckets, width), "count": (1, order, buckets)}
         for k, s in shapes.items():

@@ -72,7 +72,6 @@ import dataclasses
 import functools
 import json
 import os
-import zipfile
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -260,33 +259,12 @@ def read_table(path: str | Path, vocab_size: int, tokenizer: str | None,
     """``(header, table)`` of a table file, checked (format, version, vocabulary, tokenizer,
     shape, ids; the width too unless ``width`` is None); a bad one is refused naming it."""
     path = Path(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            header = json.loads(bytes(z["header"]).decode())
-            table = np.asarray(z["table"])
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError,
-            UnicodeDecodeError, EOFError) as e:
-        raise DrafterError(f"token_recycling: {path} is not a readable table file "
-                           f"({type(e).__name__}: {e})") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT or \
-            header.get("version") != VERSION:
-        got = header if not isinstance(header, dict) else (
-            f"{header.get('format')!r} version {header.get('version')!r}")
-        raise DrafterError(f"token_recycling: {path} is not a {FORMAT} file of version "
-                           f"{VERSION} (found {got})")
+    header, arrays = _documents.read_tables(
+        path, "token_recycling", "table file", FORMAT, VERSION, ("table",),
+        {"width": width, "vocab_size": vocab_size}, tokenizer, "its token ids mean other text")
+    table = arrays["table"]
     if width is None:
         width = header.get("width")
-    bad = {k: (header.get(k), v) for k, v in (("width", width), ("vocab_size", vocab_size))
-           if header.get(k) != v}
-    if bad:
-        raise DrafterError(f"token_recycling: {path} was written for another "
-                           "configuration: " + ", ".join(
-                               f"{k} {a!r} in the file, {b!r} here"
-                               for k, (a, b) in bad.items()))
-    if tokenizer and header.get("tokenizer") and header["tokenizer"] != tokenizer:
-        raise DrafterError(f"token_recycling: {path} was written with another tokenizer "
-                           f"({header['tokenizer']} vs {tokenizer}): its token ids mean "
-                           "other text")
     if table.shape != (vocab_size, width) or table.dtype != np.int32:
         raise DrafterError(f"token_recycling: {path}: the table is {table.dtype} "
                            f"{table.shape}, expected int32 {(vocab_size, width)} "
