@@ -41,7 +41,8 @@
 #                 product and exact numerics' XLA form at SmolLM2's shapes, rows 1, 4, 16),
 #                 then both again with the Mosaic GPU kernels (--mode mosaic_gpu,
 #                 bfloat16: bench_invariant_matmul_mosaic_gpu.json; the Mosaic GPU kernels'
-#                 GPU tests, and their model-level check in numerics_checks.py, ran above)
+#                 GPU tests, and their model-level check in numerics_checks.py, ran above);
+#                 INVARIANT_QUICK=1: only the Triton and GPU tests, no long checks, 5 repeats
 #   decode_bench  `specjax bench` of SmolLM2 in bfloat16, fast and exact numerics: plain
 #                 decoding, prompt lookup and the shipped EAGLE-3 head (needs the SmolLM2
 #                 package), batch 1, 128 new tokens, one cache length ($DECODE_CACHE_LEN,
@@ -148,20 +149,24 @@ if has numerics_cases; then
 fi
 
 if has invariant_matmul; then
+  # INVARIANT_QUICK=1 (a short device lease): the Triton and GPU tests only, the model checks
+  # without the long grid and the real model, and fewer timing repeats
+  sel=(); nsel="long or not long"; reps=20
+  [ -n "${INVARIANT_QUICK:-}" ] && { sel=(-k "triton or gpu"); nsel="not long"; reps=5; }
   timeout $limit $py -P -m pytest tests/test_invariant_matmul.py tests/test_invariant_attention.py \
-    -q -p no:cacheprovider -rs \
+    -q -p no:cacheprovider -rs ${sel[@]+"${sel[@]}"} \
     --junitxml="$out/invariant_matmul_tests.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   SPECJAX_EXACT_PRODUCTS=pallas XLA_FLAGS="" timeout $limit $py -P -m pytest \
     tests/numerics_checks.py -q -p no:cacheprovider -k "pallas or mosaic_gpu" \
-    -m "long or not long" -rs \
+    -m "$nsel" -rs \
     --junitxml="$out/invariant_matmul_numerics.xml" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
-  timeout $limit $py -P scripts/bench_invariant_matmul.py --attention \
+  timeout $limit $py -P scripts/bench_invariant_matmul.py --attention --reps $reps \
     --output "$out/bench_invariant_matmul_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   timeout $limit $py -P scripts/bench_invariant_matmul.py --mode mosaic_gpu --dtypes bfloat16 \
-    --attention \
+    --attention --reps $reps \
     --output "$out/bench_invariant_matmul_mosaic_gpu.json" 2>&1 | tee -a "$log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
