@@ -24,7 +24,10 @@ exact numerics run per shard instead:
 
 An axis whose count does not divide the mesh axis's size is left unsplit for that call (the
 partitioner moves what it must); without :func:`sharded` (one device) both are the plain
-kernels.
+kernels. Each device picks its kernel by its shard's shape: with the Mosaic GPU kernels
+(``$SPECJAX_INVARIANT_KERNELS=mosaic_gpu``) a shard whose widths are not multiples of 64 runs
+the Triton kernel (invariant still: the choice follows shapes only; but then not one device's
+bits).
 """
 
 from __future__ import annotations
@@ -111,9 +114,10 @@ def matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *, name: str | Non
         return invariant_matmul(x, w, out_dtype, mode=mode)
     m, k = x.shape
     out_axis, in_axis = km.weight_axes(name)
-    rows = km.fits(km.rows, m)
     out_axis = km.fits(out_axis, w.shape[0])
     in_axis = km.fits(in_axis, k)
+    # a mesh axis splits one dimension (a custom table may name one axis twice)
+    rows = km.fits(km.rows, m) if km.rows not in (out_axis, in_axis) else None
     if rows is None and out_axis is None and in_axis is None:
         return invariant_matmul(x, w, out_dtype, mode=mode)
 
@@ -136,7 +140,7 @@ def attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | None = None)
     if km is None:
         return part(q, k_all, v_all, pre, m_t)
     rows = km.fits(km.rows, q.shape[0])
-    kv = km.fits(km.kv_heads, k_all.shape[1])
+    kv = km.fits(km.kv_heads, k_all.shape[1]) if km.kv_heads != rows else None
     if rows is None and kv is None:
         return part(q, k_all, v_all, pre, m_t)
     heads = P(rows, None, kv)  # q [B, T, H, Dh], m_t [B, T, KVH, G], out [B, T, KVH, G, Dh]

@@ -62,9 +62,10 @@ def model_fingerprint(model) -> dict:
 
 def exact_products_of(model) -> str | None:
     """The product kernels an exact-numerics model runs when they are not the default
-    (``"pallas"``; ``"pallas:mosaic_gpu"`` when ``$SPECJAX_INVARIANT_KERNELS`` picks another
-    kernel for the products than the backend's), else None: what results, bench rows, journal
-    headers and cost keys record."""
+    (``"pallas"``; ``"pallas:mosaic_gpu"`` when ``$SPECJAX_INVARIANT_KERNELS`` asks for other
+    kernels than the backend's), else None: what results, bench rows, journal headers and cost
+    keys record. It names the mode asked for: calls whose shapes or dtype that mode's kernels
+    do not take run the backend's (float32 under ``mosaic_gpu`` runs Triton)."""
     m = getattr(model, "model", model)
     products = getattr(m, "exact_products", "xla")
     if getattr(m, "numerics", "fast") != "exact" or products == "xla":

@@ -197,8 +197,8 @@ class DecodeLoop:
     def _kernel_sharding(self):
         """On a mesh, the tree-attention kernels run inside ``shard_map`` over the cache's
         sharding (:func:`specjax.pallas_kernels.tree_attention.api.sharded`), and so do exact
-        numerics' batch-invariant kernels (:func:`specjax.pallas_kernels.invariant_mesh.
-        sharded`)."""
+        numerics' batch-invariant kernels
+        (:func:`specjax.pallas_kernels.invariant_mesh.sharded`)."""
         from specjax.pallas_kernels import invariant_mesh
         from specjax.pallas_kernels.tree_attention.api import sharded
 

@@ -29,16 +29,21 @@ from specjax.pallas_kernels.invariant_matmul import invariant_matmul  # noqa: E4
 from specjax.sharding import kernel_mesh  # noqa: E402
 
 SEEN: dict[str, list] = {"matmul": [], "attention": []}
+# the kernels traced inside shard_map (on a mesh) during the decode check
+MESHED: dict[str, int] = {"matmul": 0, "attention": 0}
 
 
 def _spy():
-    """Records the operand shapes each kernel is traced with."""
+    """Records the operand shapes each kernel is traced with, and whether it was traced under
+    a kernel mesh (inside shard_map)."""
     def mm(x, w, *a, **k):
         SEEN["matmul"].append([list(x.shape), list(w.shape)])
+        MESHED["matmul"] += invariant_mesh.current() is not None
         return invariant_matmul(x, w, *a, **k)
 
     def att(q, k_all, *a, **k):
         SEEN["attention"].append([list(q.shape), list(k_all.shape)])
+        MESHED["attention"] += invariant_mesh.current() is not None
         return invariant_attention_part(q, k_all, *a, **k)
 
     invariant_mesh.invariant_matmul = mm
@@ -115,11 +120,16 @@ def decode(out: dict) -> None:
     target.set_numerics("exact", products="pallas")
     prompts = [[5, 6, 7, 8] * 3, [1, 2, 3], [9, 4, 9, 4, 9, 4], [11, 12, 13, 14, 15]]
     mesh = make_mesh("data=2,model=2")
+    MESHED.update(matmul=0, attention=0)  # the op checks above counted theirs
     plain_one = generate(target, prompts, batch_size=4, max_new_tokens=5).tokens
-    SEEN["matmul"].clear()
+    if MESHED["matmul"] or MESHED["attention"]:
+        out["mismatch"].append(["decode", "kernels traced under a mesh on one device"])
     plain = generate(target, prompts, batch_size=4, max_new_tokens=5, mesh=mesh).tokens
-    if not SEEN["matmul"] or not SEEN["attention"]:
-        out["mismatch"].append(["decode", "the kernels were not traced under the mesh"])
+    # 2 layers x 4 products + the LM head, and 2 attention parts, in each of the prefill and
+    # the decode step at least
+    if MESHED["matmul"] < 10 or MESHED["attention"] < 4:
+        out["mismatch"].append(["decode", "the kernels were not traced under the mesh",
+                                dict(MESHED)])
     m = methods.build("prompt_lookup", target, {"policy": "fixed"})
     spec = generate(target, prompts, batch_size=4, max_new_tokens=5, mesh=mesh,
                     drafter=m.drafter, policy=m.policy).tokens
@@ -137,4 +147,5 @@ if __name__ == "__main__":
     if "--decode" in sys.argv:
         decode(result)
     result["seen"] = SEEN
+    result["meshed"] = MESHED
     print(json.dumps(result))

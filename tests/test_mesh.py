@@ -39,7 +39,10 @@ def test_invariant_kernels_run_per_shard_on_a_mesh(decode):
     row-parallel product adds partials (decode: prompt lookup = plain decoding on a
     data=2,model=2 mesh, and = one device)."""
     got = _run(*(["--decode"] if decode else []), script=KERNELS_CHECK)
-    assert got["mismatch"] == [] and got["seen"]["matmul"] and got["seen"]["attention"]
+    assert got["mismatch"] == []
+    # the op checks trace 3 products and 1 attention part under the mesh (and 3 more
+    # products alone, for the one-device and row-alone comparisons)
+    assert got["meshed"]["matmul"] >= 3 and got["meshed"]["attention"] >= 1
 
 
 @pytest.mark.long

@@ -23,8 +23,8 @@ measured to share XLA's order (the probe); here it is the program's:
 Backends as in :mod:`specjax.pallas_kernels.invariant_matmul`: ``"interpret"``, ``"triton"``
 (NOT YET RUN ON A GPU), ``"tpu"`` (NOT RUN ON TPU HARDWARE), ``"tpu_interpret"``, and
 ``"mosaic_gpu"`` / ``"mosaic_gpu_interpret"`` (:mod:`.mosaic_gpu`: bfloat16 and float16 with a
-head dim that is a multiple of 64; other inputs go to ``"triton"`` / ``"interpret"``; NOT YET
-RUN ON A GPU). Within one
+head dim of 64 or 128; other inputs go to ``"triton"`` / ``"interpret"``; NOT YET RUN ON A
+GPU). Within one
 block, that each row of the tile sums its dot products and its ``p`` alike is the tile
 instructions' property; checked in interpret mode on CPU by the tests, on a GPU by
 ``scripts/gpu_checks.sh`` (step ``invariant_matmul``).
@@ -131,7 +131,7 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
         from specjax.pallas_kernels.invariant_attention import mosaic_gpu
 
         if mosaic_gpu.unsupported_reason(dtype, hd) is None:
-            if blocks is not None:
+            if blocks is not None and tuple(blocks) != (mosaic_gpu.BLOCK_M, mosaic_gpu.BLOCK_S):
                 raise ValueError(f"invariant_attention_part (mosaic_gpu): its blocks are fixed "
                                  f"at {(mosaic_gpu.BLOCK_M, mosaic_gpu.BLOCK_S)}, got {blocks}")
             interpret = None

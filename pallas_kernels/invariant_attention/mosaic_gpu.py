@@ -17,8 +17,9 @@ The visibility ``pre`` goes in as float32 (1 visible, 0 not) ``[B, rows, S]`` bl
 other part's max ``m_t`` as ``[B, KVH, rows, 32]`` (repeated: a 64-value vector cannot be
 loaded by a warpgroup of 128 threads, a ``[64, 32]`` tile can, and its row max is the value).
 
-Supported: bfloat16 and float16 (``wgmma`` would run float32 in tf32), a head dim that is a
-multiple of 64 (SmolLM2's 64). Other inputs keep the Triton kernel.
+Supported: bfloat16 and float16 (``wgmma`` would run float32 in tf32), head dims 64 and 128
+(SmolLM2's 64; at 256 the buffers would need ~264 KB of shared memory, over a Hopper SM's 227
+KB). Other inputs keep the Triton kernel.
 
 Checked on CPU only (no GPU was lent to the session that wrote it, 2026-12-06): exported for
 CUDA (the whole Mosaic GPU lowering: wgmma, TMA, barriers, the masked selects); in the Mosaic
@@ -43,6 +44,8 @@ SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 BLOCK_M = 64  # query rows per CTA: one warpgroup's wgmma tile
 BLOCK_S = 64  # cache slots per block
 MT_COLS = 32  # m_t's tile width: one 128-byte row of float32
+# head dims it takes: at 256 its shared memory (~264 KB) passes a Hopper SM's 227 KB
+HEAD_DIMS = (64, 128)
 
 
 def unsupported_reason(dtype, head_dim: int) -> str | None:
@@ -50,8 +53,9 @@ def unsupported_reason(dtype, head_dim: int) -> str | None:
     if jnp.dtype(dtype) not in SUPPORTED_DTYPES:
         return (f"supports {[str(d) for d in SUPPORTED_DTYPES]} inputs (wgmma would run "
                 f"{jnp.dtype(dtype)} in tf32)")
-    if head_dim % 64:
-        return f"needs a head dim that is a multiple of 64, got {head_dim}"
+    if head_dim not in HEAD_DIMS:
+        return (f"needs a head dim of {' or '.join(map(str, HEAD_DIMS))} (shared memory and "
+                f"registers), got {head_dim}")
     return None
 
 
@@ -185,6 +189,10 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
     if reason is not None:
         raise ValueError(f"invariant_attention_part (mosaic_gpu) {reason}")
     G = H // kvh
+    if B == 0 or T == 0:  # an empty grid: nothing to compute
+        f32 = jnp.float32
+        return (jnp.zeros((B, T, kvh, G, hd), f32), jnp.zeros((B, kvh, G, T), f32),
+                jnp.zeros((B, kvh, G, T), f32))
     rows = T * G
     mp = pl.cdiv(max(rows, 1), BLOCK_M) * BLOCK_M
     sp = pl.cdiv(max(S, 1), BLOCK_S) * BLOCK_S
