@@ -186,12 +186,28 @@ def test_mosaic_gpu_kernel_lowers_for_cuda(t, s):
     assert "mosaic_gpu" in exported.mlir_module()
 
 
+def test_mosaic_gpu_kernel_lowers_for_cuda_at_head_dim_128():
+    """Head dim 128 (Llama-3 8B's): its buffers fit a Hopper SM; exported for CUDA."""
+    fn = jax.jit(functools.partial(invariant_attention_part, dtype=jnp.bfloat16,
+                                   mode="mosaic_gpu"))
+    args = (jax.ShapeDtypeStruct((1, 5, 32, 128), jnp.bfloat16),
+            jax.ShapeDtypeStruct((1, 8, 512, 128), jnp.bfloat16),
+            jax.ShapeDtypeStruct((1, 8, 512, 128), jnp.bfloat16),
+            jax.ShapeDtypeStruct((1, 5, 512), bool), jax.ShapeDtypeStruct((1, 5, 8, 4),
+                                                                          jnp.float32))
+    assert "mosaic_gpu" in jax.export.export(fn, platforms=["cuda"])(*args).mlir_module()
+
+
 def test_mosaic_gpu_mode_falls_back_and_refuses():
-    """float32 and head dims that are not multiples of 64 go to the portable kernel (the
+    """float32 and head dims other than 64 and 128 go to the portable kernel (the
     interpreter's bits); other blocks are refused; unknown modes named."""
     q, k, v, pre, m_t = _case(jnp.float32, seed=5)  # head dim 16
     a = _compiled("mosaic_gpu_interpret", jnp.float32)(q, k, v, pre, m_t)
     b = _compiled("interpret", jnp.float32)(q, k, v, pre, m_t)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b))
+    q, k, v, pre, m_t = _case(jnp.bfloat16, seed=5, hd=256)  # over its shared memory
+    a = _compiled("mosaic_gpu_interpret", jnp.bfloat16)(q, k, v, pre, m_t)
+    b = _compiled("interpret", jnp.bfloat16)(q, k, v, pre, m_t)
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a, b))
     q, k, v, pre, m_t = _case(jnp.bfloat16, seed=5, hd=64)
     with pytest.raises(ValueError, match="blocks are fixed"):
