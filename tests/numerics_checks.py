@@ -224,6 +224,22 @@ def _decode_each(model, cache, seq, n):
     return np.stack(got, 1)
 
 
+def _verify_blocks_match(model, seq, lens, cache_len, ks, label=()):
+    """Prefills rows ``seq[b, :lens[b]]`` into a ``cache_len`` cache, decodes the next
+    ``max(ks)`` tokens of ``seq`` one at a time, and asserts that one verify forward over
+    each ``k`` of ``ks`` tokens gives those steps' logits bit for bit. Returns ``(cache0,
+    ref)``: the prefilled cache and the one-token logits."""
+    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(len(lens))], cache_len)
+    ref = _decode_each(model, cache0, seq, max(ks))
+    L = np.asarray(cache0.lengths)
+    for k in ks:
+        idx = L[:, None] + np.arange(k)[None]
+        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
+        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
+        assert np.array_equal(got, ref[:, :k]), (*label, k)
+    return cache0, ref
+
+
 VERIFY = [(p, b, h) for p in PRECISIONS for b, h in ((1, (4, 2)), (3, (4, 2)), (8, (4, 2)),
                                                      (1, (2, 2)))]
 
@@ -238,14 +254,7 @@ def test_verify_blocks_equal_one_token_decoding(precision, batch, heads):
     rng = np.random.default_rng(batch)
     seq = rng.integers(0, 96, (batch, 48))
     lens = [int(x) for x in rng.integers(3, 14, batch)]
-    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(batch)], 64)
-    ref = _decode_each(model, cache0, seq, 17)
-    L = np.asarray(cache0.lengths)
-    for k in (1, 2, 5, 9, 17):
-        idx = L[:, None] + np.arange(k)[None]
-        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
-        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
-        assert np.array_equal(got, ref[:, :k]), (precision, batch, k)
+    _verify_blocks_match(model, seq, lens, 64, (1, 2, 5, 9, 17), (precision, batch))
 
 
 TREES = [(p, "xla") for p in PRECISIONS] + [("bfloat16", "pallas")]
@@ -360,14 +369,7 @@ def test_real_model_verify_blocks_equal_decoding(precision):
     seq = np.array([ids + rng.integers(0, 49152, 16).tolist(),
                     ids[:-3] + rng.integers(0, 49152, 19).tolist()])
     lens = [len(ids), len(ids) - 3]
-    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(2)], 128)
-    ref = _decode_each(model, cache0, seq, 9)
-    L = np.asarray(cache0.lengths)
-    for k in (1, 4, 9):
-        idx = L[:, None] + np.arange(k)[None]
-        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
-        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
-        assert np.array_equal(got, ref[:, :k]), (precision, k)
+    _verify_blocks_match(model, seq, lens, 128, (1, 4, 9), (precision,))
 
 
 # ----------------------------------------------------------------------------- the Pallas products
@@ -394,14 +396,7 @@ def test_pallas_products_verify_blocks_equal_one_token_decoding(precision, monke
     rng = np.random.default_rng(7)
     seq = rng.integers(0, 96, (3, 40))
     lens = [5, 11, 8]
-    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(3)], 48)
-    ref = _decode_each(model, cache0, seq, 9)
-    L = np.asarray(cache0.lengths)
-    for k in (1, 2, 5, 9):
-        idx = L[:, None] + np.arange(k)[None]
-        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
-        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
-        assert np.array_equal(got, ref[:, :k]), (precision, k)
+    cache0, ref = _verify_blocks_match(model, seq, lens, 48, (1, 2, 5, 9), (precision,))
     # every projection of both layers and the LM head went through the kernel
     assert set(calls) == {(128, 64), (64, 64), (256, 64), (64, 128), (96, 64)}, set(calls)
     assert {s[1] for s in attention_calls} >= {1, 9}, attention_calls  # decode and blocks
@@ -443,14 +438,7 @@ def test_mosaic_gpu_kernels_verify_blocks_equal_one_token_decoding(monkeypatch):
     rng = np.random.default_rng(9)
     seq = rng.integers(0, 128, (3, 24))
     lens = [4, 9, 6]
-    cache0 = _prefill(model, [seq[b, :lens[b]].tolist() for b in range(3)], 32)
-    ref = _decode_each(model, cache0, seq, 5)
-    L = np.asarray(cache0.lengths)
-    for k in (1, 2, 5):
-        idx = L[:, None] + np.arange(k)[None]
-        block = jnp.asarray(np.take_along_axis(seq, idx, 1), jnp.int32)
-        got = np.asarray(_fwd(model, block, jnp.asarray(idx, jnp.int32), cache0).logits)
-        assert np.array_equal(got, ref[:, :k]), k
+    _verify_blocks_match(model, seq, lens, 32, (1, 2, 5))
     # the four projections and the LM head, and attention, through the Mosaic GPU kernels
     assert set(calls) == {(256, 128), (128, 128), (512, 128), (128, 256)}, set(calls)
     assert {s[1] for s in attention_calls} >= {1, 5}, attention_calls

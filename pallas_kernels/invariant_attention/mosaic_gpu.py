@@ -40,6 +40,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from specjax.pallas_kernels.invariant_attention import kernel as portable
+
 SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 BLOCK_M = 64  # query rows per CTA: one warpgroup's wgmma tile
 BLOCK_S = 64  # cache slots per block
@@ -184,7 +186,7 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
     there) with the Mosaic GPU kernel. ``interpret``: None, or a ``plgpu``-interpreter params
     object to run it on CPU."""
     B, T, H, hd = q.shape
-    kvh, S = k_all.shape[1], k_all.shape[2]
+    kvh = k_all.shape[1]
     reason = unsupported_reason(dtype, hd)
     if reason is not None:
         raise ValueError(f"invariant_attention_part (mosaic_gpu) {reason}")
@@ -193,21 +195,11 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
         f32 = jnp.float32
         return (jnp.zeros((B, T, kvh, G, hd), f32), jnp.zeros((B, kvh, G, T), f32),
                 jnp.zeros((B, kvh, G, T), f32))
-    rows = T * G
-    mp = pl.cdiv(max(rows, 1), BLOCK_M) * BLOCK_M
-    sp = pl.cdiv(max(S, 1), BLOCK_S) * BLOCK_S
-    qr = jnp.transpose(q.reshape(B, T, kvh, G, hd), (0, 2, 1, 3, 4)).reshape(B, kvh, rows, hd)
-    qr = jnp.pad(qr.astype(dtype), ((0, 0), (0, 0), (0, mp - rows), (0, 0)))
-    vis = jnp.repeat(pre.astype(jnp.float32), G, axis=1)  # [B, T * G, S], row t * G + g
-    vis = jnp.pad(vis, ((0, 0), (0, mp - rows), (0, sp - S)))
-    mt = jnp.transpose(m_t, (0, 2, 1, 3)).reshape(B, kvh, rows).astype(jnp.float32)
-    mt = jnp.pad(mt, ((0, 0), (0, 0), (0, mp - rows)), constant_values=-jnp.inf)
+    qr, k, v, vis, mt = portable.per_kv_head(q, k_all, v_all, pre, m_t, dtype, BLOCK_M,
+                                             BLOCK_S, jnp.float32)
+    mp, sp = qr.shape[2], k.shape[2]
     # a [64]-vector load needs 128 elements per warpgroup: m_t goes in as a [64, 32] tile
     mt = jnp.broadcast_to(mt[..., None], (B, kvh, mp, MT_COLS))
-    k, v = k_all.astype(dtype), v_all.astype(dtype)
-    if sp != S:  # a copy; decoding's caches are multiples of 256 slots and skip it
-        k = jnp.pad(k, ((0, 0), (0, 0), (0, sp - S), (0, 0)))
-        v = jnp.pad(v, ((0, 0), (0, 0), (0, sp - S), (0, 0)))
     swizzle = 128  # bytes: one row of 64 2-byte values, or of 32 float32 ones
     half = (plgpu.TilingTransform((8, swizzle // jnp.dtype(dtype).itemsize)),
             plgpu.SwizzleTransform(swizzle))
@@ -242,7 +234,4 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
         compiler_params=plgpu.CompilerParams(approx_math=False),
         **extra,
     )(qr, k, v, vis, mt)
-    out = jnp.transpose(out[:, :, :rows].reshape(B, kvh, T, G, hd), (0, 2, 1, 3, 4))
-    l = jnp.transpose(l[:, :, :rows].reshape(B, kvh, T, G), (0, 1, 3, 2))
-    m = jnp.transpose(m[:, :, :rows].reshape(B, kvh, T, G), (0, 1, 3, 2))
-    return out, l, m
+    return portable.from_kv_head_rows(out, l, m, T, G)
