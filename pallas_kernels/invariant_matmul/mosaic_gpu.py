@@ -18,6 +18,12 @@ Supported: bfloat16 and float16 operands (``wgmma`` would run float32 in tf32), 
 ``N`` multiples of 64 (SmolLM2's 576, 960, 1536, 3072 and 49152 are); other products go to
 the Triton kernel (:func:`.kernel.invariant_matmul`).
 
+Parallelism: one CTA per output tile, so a narrow product has few CTAs (SmolLM2's 960-wide
+``wqkv`` at a decode step: 15 on an H100's 132 SMs). A split of ``K`` across CTAs into a fixed
+number of parts (a function of ``K`` alone) whose partial sums are added in part order
+afterwards would keep the invariance and fill the GPU; not done until the kernel has been
+timed on one.
+
 Checked on CPU only (no GPU was lent to the session that wrote it, 2026-12-06):
 
 * exported for CUDA from the CPU (tests/test_invariant_matmul.py): the whole Pallas -> Mosaic
