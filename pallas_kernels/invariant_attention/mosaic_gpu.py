@@ -40,7 +40,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-from specjax.pallas_kernels.invariant_attention import kernel as portable
+from specjax.pallas_kernels.invariant_attention import layout as kv_layout
 
 SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 BLOCK_M = 64  # query rows per CTA: one warpgroup's wgmma tile
@@ -195,8 +195,8 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
         f32 = jnp.float32
         return (jnp.zeros((B, T, kvh, G, hd), f32), jnp.zeros((B, kvh, G, T), f32),
                 jnp.zeros((B, kvh, G, T), f32))
-    qr, k, v, vis, mt = portable.per_kv_head(q, k_all, v_all, pre, m_t, dtype, BLOCK_M,
-                                             BLOCK_S, jnp.float32)
+    qr, k, v, vis, mt = kv_layout.per_kv_head(q, k_all, v_all, pre, m_t, dtype, BLOCK_M,
+                                              BLOCK_S, jnp.float32)
     mp, sp = qr.shape[2], k.shape[2]
     # a [64]-vector load needs 128 elements per warpgroup: m_t goes in as a [64, 32] tile
     mt = jnp.broadcast_to(mt[..., None], (B, kvh, mp, MT_COLS))
@@ -234,4 +234,4 @@ def invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t, dtype, *, int
         compiler_params=plgpu.CompilerParams(approx_math=False),
         **extra,
     )(qr, k, v, vis, mt)
-    return portable.from_kv_head_rows(out, l, m, T, G)
+    return kv_layout.from_kv_head_rows(out, l, m, T, G)
