@@ -325,7 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --numerics exact: xla (the default, or "
                              "$SPECJAX_EXACT_PRODUCTS): the platform's products padded to a "
                              "probed row class; pallas: the batch-invariant Pallas kernels "
-                             "(for GPUs and TPUs; interpreted and slow on a CPU)")
+                             "(for GPUs and TPUs: Triton or Mosaic TPU, or Mosaic GPU with "
+                             "$SPECJAX_INVARIANT_KERNELS=mosaic_gpu; interpreted and slow on "
+                             "a CPU)")
         sp.add_argument("--attention-impl", default="dense",
                         help="attention: dense (default) | xla | pallas | pallas_interpret | "
                              "pallas_mosaic_gpu | pallas_mosaic_tpu (the tree-attention op)")
