@@ -345,8 +345,8 @@ def generate(
     res = GenerationResult([], [], [], [], [], 0.0, [])
     res.extra = describe_loop(loop)
     res.extra["numerics"] = getattr(model, "numerics", "fast")
-    if exact_products_of(model) is not None:
-        res.extra["exact_products"] = exact_products_of(model)
+    if (products := exact_products_of(model)) is not None:
+        res.extra["exact_products"] = products
     if spec:
         res.extra.update({"drafted": [], "accepted": [], "drafted_at": [], "accepted_at": [],
                           "idle_steps": []})

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from specjax.pallas_kernels.invariant_attention import layout
+from specjax.pallas_kernels.mosaic_gpu_common import interpreter, portable_mode
 
 MODES = ("interpret", "triton", "tpu", "tpu_interpret")
 
@@ -136,14 +137,9 @@ def invariant_attention_part(q, k_all, v_all, pre, m_t, dtype, *, mode: str | No
             if blocks is not None and tuple(blocks) != (mosaic_gpu.BLOCK_M, mosaic_gpu.BLOCK_S):
                 raise ValueError(f"invariant_attention_part (mosaic_gpu): its blocks are fixed "
                                  f"at {(mosaic_gpu.BLOCK_M, mosaic_gpu.BLOCK_S)}, got {blocks}")
-            interpret = None
-            if mode == "mosaic_gpu_interpret":
-                from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-
-                interpret = InterpretGPUParams()
-            return mosaic_gpu.invariant_attention_part_mosaic_gpu(q, k_all, v_all, pre, m_t,
-                                                                  dtype, interpret=interpret)
-        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's inputs
+            return mosaic_gpu.invariant_attention_part_mosaic_gpu(
+                q, k_all, v_all, pre, m_t, dtype, interpret=interpreter(mode))
+        mode = portable_mode(mode)  # not wgmma's inputs
     bm, bs = block_sizes(dtype, mode) if blocks is None else blocks
     qr, k, v, pre_r, mt_r = layout.per_kv_head(q, k_all, v_all, pre, m_t, dtype, bm, bs,
                                                jnp.int32)

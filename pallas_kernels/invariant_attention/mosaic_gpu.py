@@ -41,8 +41,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from specjax.pallas_kernels.invariant_attention import layout as kv_layout
+from specjax.pallas_kernels.mosaic_gpu_common import dtype_reason, transposed
 
-SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 BLOCK_M = 64  # query rows per CTA: one warpgroup's wgmma tile
 BLOCK_S = 64  # cache slots per block
 MT_COLS = 32  # m_t's tile width: one 128-byte row of float32
@@ -52,20 +52,12 @@ HEAD_DIMS = (64, 128)
 
 def unsupported_reason(dtype, head_dim: int) -> str | None:
     """Why this kernel cannot take these inputs, or None."""
-    if jnp.dtype(dtype) not in SUPPORTED_DTYPES:
-        return (f"supports {[str(d) for d in SUPPORTED_DTYPES]} inputs (wgmma would run "
-                f"{jnp.dtype(dtype)} in tf32)")
+    if (reason := dtype_reason(dtype)) is not None:
+        return reason
     if head_dim not in HEAD_DIMS:
         return (f"needs a head dim of {' or '.join(map(str, HEAD_DIMS))} (shared memory and "
                 f"registers), got {head_dim}")
     return None
-
-
-def _transposed(ref):
-    """``ref`` viewed transposed (``Ref.transpose`` in newer JAX, ``transpose_ref`` before)."""
-    if hasattr(ref, "transpose"):
-        return ref.transpose((1, 0))
-    return plgpu.transpose_ref(ref, (1, 0))
 
 
 def _kernel(q_ref,  # [B, KVH, Mp, Dh] (GMEM)
@@ -119,7 +111,7 @@ def _kernel(q_ref,  # [B, KVH, Mp, Dh] (GMEM)
                                 preferred_element_type=jnp.float32)
         else:
             def qk(acc_ref):
-                plgpu.wgmma(acc_ref, q_smem, _transposed(k_smem.at[slot]))
+                plgpu.wgmma(acc_ref, q_smem, transposed(k_smem.at[slot]))
                 return acc_ref[...]
 
             s = pl.run_scoped(qk, plgpu.ACC((BLOCK_M, BLOCK_S), jnp.float32))

@@ -51,6 +51,8 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from specjax.pallas_kernels.mosaic_gpu_common import interpreter, portable_mode
+
 MODES = ("interpret", "triton", "tpu", "tpu_interpret")  # the portable pallas_call kernel's
 # the kernels' modes: the portable ones' and the Mosaic GPU ones' (:mod:`.mosaic_gpu`, and
 # :mod:`specjax.pallas_kernels.invariant_attention.mosaic_gpu` for attention)
@@ -104,7 +106,7 @@ def choose_blocks(n: int, k: int, dtype, mode: str) -> Blocks:
 
         if mosaic_gpu.unsupported_reason(dtype, n, k) is None:
             return Blocks(mosaic_gpu.BLOCK_M, mosaic_gpu.block_n(n), mosaic_gpu.BLOCK_K)
-        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's operands
+        mode = portable_mode(mode)  # not wgmma's operands
     itemsize = jnp.dtype(dtype).itemsize
     if mode == "triton":
         bm, bn = 16, 64
@@ -195,13 +197,9 @@ def invariant_matmul(x: jax.Array, w: jax.Array, out_dtype=jnp.float32, *,
                                  f"{tuple(choose_blocks(n, k, x.dtype, mode))}, got {blocks}")
             if m == 0 or n == 0:
                 return jnp.zeros((m, n), out_dtype)
-            interpret = None
-            if mode == "mosaic_gpu_interpret":
-                from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
-
-                interpret = InterpretGPUParams()
-            return mosaic_gpu.invariant_matmul_mosaic_gpu(x, w, out_dtype, interpret=interpret)
-        mode = "triton" if mode == "mosaic_gpu" else "interpret"  # not wgmma's operands
+            return mosaic_gpu.invariant_matmul_mosaic_gpu(x, w, out_dtype,
+                                                          interpret=interpreter(mode))
+        mode = portable_mode(mode)  # not wgmma's operands
     b = choose_blocks(n, k, x.dtype, mode) if blocks is None else Blocks(*blocks)
     if k % b.block_k:
         raise ValueError(f"invariant_matmul: block_k={b.block_k} must divide K={k}")

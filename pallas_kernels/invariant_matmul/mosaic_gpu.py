@@ -48,7 +48,8 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
-SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+from specjax.pallas_kernels.mosaic_gpu_common import dtype_reason, transposed
+
 BLOCK_M = 64  # rows per CTA: one warpgroup's wgmma tile
 BLOCK_K = 64  # input columns per block: one 128-byte swizzled row of 2-byte values
 
@@ -61,19 +62,11 @@ def block_n(n: int) -> int:
 
 def unsupported_reason(dtype, n: int, k: int) -> str | None:
     """Why this kernel cannot take a weight ``[n, k]`` of ``dtype``, or None."""
-    if jnp.dtype(dtype) not in SUPPORTED_DTYPES:
-        return (f"supports {[str(d) for d in SUPPORTED_DTYPES]} operands (wgmma would run "
-                f"{jnp.dtype(dtype)} in tf32)")
+    if (reason := dtype_reason(dtype, "operands")) is not None:
+        return reason
     if k % BLOCK_K or n % 64:
         return f"needs K and N multiples of 64, got a weight [{n}, {k}]"
     return None
-
-
-def _transposed(ref):
-    """``ref`` viewed transposed (``Ref.transpose`` in newer JAX, ``transpose_ref`` before)."""
-    if hasattr(ref, "transpose"):
-        return ref.transpose((1, 0))
-    return plgpu.transpose_ref(ref, (1, 0))
 
 
 def _kernel(x_ref,  # [Mp, K] (GMEM)
@@ -112,7 +105,7 @@ def _kernel(x_ref,  # [Mp, K] (GMEM)
                                    preferred_element_type=jnp.float32)
         else:
             def product(acc_ref):
-                plgpu.wgmma(acc_ref, x_smem.at[slot], _transposed(w_smem.at[slot]))
+                plgpu.wgmma(acc_ref, x_smem.at[slot], transposed(w_smem.at[slot]))
                 return acc_ref[...]
 
             part = pl.run_scoped(product, plgpu.ACC((BLOCK_M, bn), jnp.float32))

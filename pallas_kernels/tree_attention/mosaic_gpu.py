@@ -59,18 +59,17 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
+from specjax.pallas_kernels.mosaic_gpu_common import dtype_reason, transposed
 from specjax.pallas_kernels.tree_attention import kernel as portable
 from specjax.pallas_kernels.tree_attention import reference
 
-SUPPORTED_DTYPES = (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
 BLOCK_M = 64  # query rows per CTA: one warpgroup's wgmma tile
 
 
 def unsupported_reason(dtype, head_dim: int, block_k: int) -> str | None:
     """Why this kernel cannot take these inputs, or None."""
-    if jnp.dtype(dtype) not in SUPPORTED_DTYPES:
-        return (f"supports {[str(d) for d in SUPPORTED_DTYPES]} inputs (wgmma would run "
-                f"{jnp.dtype(dtype)} in tf32)")
+    if (reason := dtype_reason(dtype)) is not None:
+        return reason
     if head_dim % 64:
         return f"needs a head dim that is a multiple of 64, got {head_dim}"
     if block_k % 64:
@@ -79,13 +78,6 @@ def unsupported_reason(dtype, head_dim: int, block_k: int) -> str | None:
 
 
 _TMA_ROWS = 8  # the S dimension of a cache TMA descriptor is tiled by this many rows
-
-
-def _transposed(ref):
-    """``ref`` viewed transposed (``Ref.transpose`` in newer JAX, ``transpose_ref`` before)."""
-    if hasattr(ref, "transpose"):
-        return ref.transpose((1, 0))
-    return plgpu.transpose_ref(ref, (1, 0))
 
 
 def _prefix_kernel(len_ref,  # int32[B] (GMEM)
@@ -168,7 +160,7 @@ def _prefix_kernel(len_ref,  # int32[B] (GMEM)
         plgpu.barrier_wait(k_bar.at[slot])
 
         def qk(acc_ref):
-            plgpu.wgmma(acc_ref, q_smem, _transposed(k_smem.at[slot]))
+            plgpu.wgmma(acc_ref, q_smem, transposed(k_smem.at[slot]))
             return acc_ref[...]
 
         if interpreted:  # the interpreter's wgmma takes no transposed operand (0.10.2)

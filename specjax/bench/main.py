@@ -87,8 +87,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
         result["model"] = config.model
         result["quantize"] = quantize
         result["numerics"] = config.numerics
-        if exact_products_of(lm) is not None:
-            result["exact_products"] = exact_products_of(lm)
+        if (products := exact_products_of(lm)) is not None:
+            result["exact_products"] = products
         for B, rel in result["relative"].items():
             print(f"batch {B:>3}: " + "  ".join(f"k={k}: {r:.2f}x" for k, r in
                                                  zip(result["ks"], rel)))
@@ -191,8 +191,8 @@ def run(config: BenchConfig, argv: list[str] | None = None) -> int:
                     "repeats": config.repeats, "prompts": config.prompts,
                     "n_prompts": len(items), "quantize": quantize, "mesh": config.mesh,
                     "numerics": config.numerics, "cache_len": config.cache_len})
-    if exact_products_of(lm) is not None:
-        summary["exact_products"] = exact_products_of(lm)
+    if (products := exact_products_of(lm)) is not None:
+        summary["exact_products"] = products
     print(format_table(summary))
     if config.batch_table:
         summary["batch_tables"] = write_batch_tables(config, lm, summary, methods, argv)
