@@ -2,9 +2,10 @@
 ``jax.shard_map`` (issues 22 and 25).
 
 A ``pallas_call`` is opaque to XLA's SPMD partitioner: on a mesh it runs on gathered,
-replicated operands, every device doing the whole product. Under :func:`sharded` (the decode
-loop enters it on a mesh with the :class:`KernelMesh` of its sharding table) the two kernels of
-exact numerics run per shard instead:
+replicated operands, every device doing the whole product. Under
+:func:`~specjax.pallas_kernels.placement.sharded` (the decode loop enters it on a mesh with the
+:class:`~specjax.pallas_kernels.placement.KernelMesh` of its sharding table; re-exported here)
+the two kernels of exact numerics run per shard instead:
 
 * :func:`matmul` (``x [M, K] @ w [N, K].T``, the projections and the LM head): the rows of
   ``x`` over the rows' axis (``data``); a weight split over its output rows (``wqkv``,
@@ -32,71 +33,17 @@ bits).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 from specjax.pallas_kernels.invariant_attention import invariant_attention_part
 from specjax.pallas_kernels.invariant_matmul import invariant_matmul
+from specjax.pallas_kernels.placement import KernelMesh, current, sharded
 
-
-@dataclasses.dataclass(frozen=True)
-class KernelMesh:
-    """Where the kernels' operands lie on ``mesh`` (static, hashable).
-
-    Attributes:
-      mesh: the mesh.
-      rows: the axis the batch rows are split over (None: replicated).
-      kv_heads: the axis the KV heads of the cache (and their queries) are split over.
-      weights: ``(name, out_axis, in_axis)`` per weight name (the names of
-        :data:`specjax.sharding.WEIGHT_AXES`): the axes a ``[out, in]`` weight is split
-        over; a name not listed is replicated.
-    """
-
-    mesh: Mesh
-    rows: str | None = None
-    kv_heads: str | None = None
-    weights: tuple[tuple[str, str | None, str | None], ...] = ()
-
-    def weight_axes(self, name: str | None) -> tuple[str | None, str | None]:
-        for n, out_axis, in_axis in self.weights:
-            if n == name:
-                return out_axis, in_axis
-        return None, None
-
-    def size(self, axis: str | None) -> int:
-        return dict(self.mesh.shape).get(axis, 1) if axis is not None else 1
-
-    def fits(self, axis: str | None, count: int) -> str | None:
-        """``axis`` when it splits ``count`` evenly (and has more than one device), else
-        None."""
-        n = self.size(axis)
-        return axis if n > 1 and count % n == 0 else None
-
-
-_CONTEXT: contextvars.ContextVar = contextvars.ContextVar("invariant_kernel_mesh",
-                                                          default=None)
-
-
-@contextlib.contextmanager
-def sharded(kernel_mesh: KernelMesh | None):
-    """Traces :func:`matmul` and :func:`attention_part` inside ``shard_map`` over
-    ``kernel_mesh`` (None: no effect)."""
-    token = _CONTEXT.set(kernel_mesh)
-    try:
-        yield
-    finally:
-        _CONTEXT.reset(token)
-
-
-def current() -> KernelMesh | None:
-    """The :class:`KernelMesh` being traced under, or None."""
-    return _CONTEXT.get()
+__all__ = ["KernelMesh", "attention_part", "current", "matmul", "sharded"]
 
 
 def _ordered_sum(parts: jax.Array) -> jax.Array:

@@ -136,9 +136,10 @@ class DecodeLoop:
       eos_ids: token ids that end a row (kept in the output).
       cache_sharding: on a mesh, the ``NamedSharding`` of every layer's K and V cache (the
         sharding table's ``(batch, kv_heads, sequence, -)``); None on one device.
-      kernel_mesh: on a mesh, where the batch-invariant kernels' operands lie
-        (:func:`specjax.sharding.kernel_mesh`): exact numerics' Pallas kernels run inside
-        ``shard_map`` (:mod:`specjax.pallas_kernels.invariant_mesh`); None on one device.
+      kernel_mesh: on a mesh, where the Pallas kernels' operands lie
+        (:func:`specjax.sharding.kernel_mesh`): tree attention's and exact numerics' kernels
+        run inside ``shard_map`` (:mod:`specjax.pallas_kernels.placement`); None on one
+        device.
       idle_skip: in a step where every row has ``k = 0`` (the policy's, or the bound of the
         drafter's ``plan`` where it found nothing to draft), a drafter with a ``skip``
         method is neither asked to propose nor updated: the step costs a plain decoding
@@ -195,14 +196,12 @@ class DecodeLoop:
 
     @contextlib.contextmanager
     def _kernel_sharding(self):
-        """On a mesh, the tree-attention kernels run inside ``shard_map`` over the cache's
-        sharding (:func:`specjax.pallas_kernels.tree_attention.api.sharded`), and so do exact
-        numerics' batch-invariant kernels
-        (:func:`specjax.pallas_kernels.invariant_mesh.sharded`)."""
-        from specjax.pallas_kernels import invariant_mesh
-        from specjax.pallas_kernels.tree_attention.api import sharded
+        """On a mesh, the Pallas kernels (tree attention's, exact numerics' batch-invariant
+        ones) run inside ``shard_map`` where the sharding table puts their operands
+        (:func:`specjax.pallas_kernels.placement.sharded`)."""
+        from specjax.pallas_kernels import placement
 
-        with sharded(self.cache_sharding), invariant_mesh.sharded(self.kernel_mesh):
+        with placement.sharded(self.kernel_mesh):
             yield
 
     def _prefill(self, params, draft_params, tokens, lengths, max_new, keys,

@@ -206,11 +206,11 @@ def rows_spec(mesh: Mesh, table: ShardingTable = DEFAULT_TABLE) -> PartitionSpec
 
 def kernel_mesh(cfg, mesh: Mesh, table: ShardingTable = DEFAULT_TABLE,
                 batch: int | None = None):
-    """Where the batch-invariant kernels' operands lie by this table
-    (:class:`specjax.pallas_kernels.invariant_mesh.KernelMesh`): the rows', the cache's KV
+    """Where the Pallas kernels' operands lie by this table
+    (:class:`specjax.pallas_kernels.placement.KernelMesh`): the rows', the cache's KV
     heads' and each projection weight's axes (the target's shapes, ``[out, in]``), for
-    running them inside ``shard_map``."""
-    from specjax.pallas_kernels.invariant_mesh import KernelMesh
+    running the tree-attention and batch-invariant kernels inside ``shard_map``."""
+    from specjax.pallas_kernels.placement import KernelMesh
 
     h, kvh, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     d, f = cfg.hidden_size, cfg.intermediate_size
@@ -218,5 +218,5 @@ def kernel_mesh(cfg, mesh: Mesh, table: ShardingTable = DEFAULT_TABLE,
               "w_down": (d, f), "lm_head": (cfg.vocab_size, d), "embed": (cfg.vocab_size, d)}
     weights = tuple((name, *(tuple(weight_spec(name, shape, cfg, mesh, table)) + (None,) * 2)[:2])
                     for name, shape in shapes.items())
-    spec = tuple(cache_sharding(cfg, mesh, table, batch).spec) + (None,) * 2
-    return KernelMesh(mesh, rows=spec[0], kv_heads=spec[1], weights=weights)
+    return dataclasses.replace(KernelMesh.of_cache(cache_sharding(cfg, mesh, table, batch)),
+                               weights=weights)

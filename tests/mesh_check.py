@@ -100,10 +100,18 @@ def main(quick: bool):
     # the cache's sharding: rows over data, KV heads over model (model=2 splits the tiny
     # target's 2 KV heads); against the same kernel on one device
     if not quick and (not only or "kernel" in only[0].split(",")):
+        from specjax.pallas_kernels.tree_attention import api
+
+        traced = []  # the kernel traced inside shard_map (by the loop's placement), not beside
+        shard_mapped = api._shard_mapped
+        api._shard_mapped = lambda fn, km: traced.append(km.rows) or shard_mapped(fn, km)
         kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
         kt.set_attention_impl("pallas_interpret")
         _against_one_device("kernel", kt, prompts, out, (
             ("ar", {}), ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"})))
+        api._shard_mapped = shard_mapped
+        if "data" not in traced:
+            out["mismatch"].append(["kernel", "never traced inside shard_map", traced])
     # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU) inside
     # shard_map (specjax.pallas_kernels.invariant_mesh); against the same kernels on one device
     # (tests/mesh_kernels_check.py checks the shards and the bits op by op)

@@ -127,3 +127,34 @@ def test_sharding_table_and_launch_arguments():
     with pytest.raises(ConfigError, match=r"process_id must be in \[0, num_processes\)"):
         initialize("localhost:1234", 2, 2)
 
+
+
+def test_one_kernel_placement_for_every_pallas_kernel():
+    """The tree-attention kernels and exact numerics' kernels read one placement context: the
+    table's KernelMesh, or the one a KV cache's sharding gives."""
+    import jax
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    from specjax.config import tiny_config
+    from specjax.pallas_kernels import invariant_mesh, placement
+    from specjax.pallas_kernels.tree_attention import api
+    from specjax.sharding import cache_sharding, kernel_mesh
+
+    mesh = jax.make_mesh((1, 1), ("data", "model"))
+    km = placement.KernelMesh.of_cache(
+        NamedSharding(mesh, PartitionSpec("data", "model", None, None)))
+    assert (km.rows, km.kv_heads, km.weights) == ("data", "model", ())
+    assert km.fits("data", 3) is None  # one device: nothing to split
+    assert invariant_mesh.KernelMesh is placement.KernelMesh
+    assert placement.current() is None
+    with api.sharded(NamedSharding(mesh, PartitionSpec("data"))):
+        assert placement.current().rows == "data" and placement.current().kv_heads is None
+        assert invariant_mesh.current() is placement.current()
+        with api.sharded(None):
+            assert placement.current() is None
+    assert placement.current() is None
+    cfg = tiny_config()
+    table = kernel_mesh(cfg, mesh, batch=2)
+    spec = tuple(cache_sharding(cfg, mesh, batch=2).spec) + (None,) * 2
+    assert (table.rows, table.kv_heads) == spec[:2]
+    assert {name for name, *_ in table.weights} >= {"wqkv", "wo", "w_gate_up", "w_down"}

@@ -21,13 +21,13 @@ the parts are merged by log-sum-exp (LongSpec's split, METHODS.md card C30).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import warnings
 
 import jax
 from jax.sharding import PartitionSpec
 
+from specjax.pallas_kernels import placement
 from specjax.pallas_kernels.tree_attention import kernel, reference
 
 IMPLEMENTATIONS = ("xla", "pallas_interpret", "pallas_mosaic_gpu", "pallas_mosaic_tpu")
@@ -36,45 +36,30 @@ _PLATFORM = {"pallas_mosaic_gpu": "gpu", "pallas_mosaic_tpu": "tpu"}
 _DEFAULT_BLOCK_K = {"pallas_interpret": 128, "pallas_mosaic_tpu": 256, "pallas_mosaic_gpu": 64}
 
 
-# the KV cache's NamedSharding while a sharded decode loop is traced (see ``sharded``)
-_CACHE_SHARDING: contextvars.ContextVar = contextvars.ContextVar("tree_attention_sharding",
-                                                                 default=None)
-
-
 @contextlib.contextmanager
 def sharded(cache_sharding):
-    """Traces the Pallas backends inside ``jax.shard_map`` over a mesh (None: no effect).
+    """Traces the Pallas backends inside ``jax.shard_map`` over the mesh of a KV cache's
+    ``NamedSharding`` (None: no effect): :func:`specjax.pallas_kernels.placement.sharded` with
+    the cache's rows' and KV heads' axes (the decode loop enters that context itself, with
+    its sharding table's :class:`~specjax.pallas_kernels.placement.KernelMesh`).
 
     A Pallas call is opaque to XLA's partitioner: on a mesh it would run on gathered,
-    replicated operands. Under this context (the decode loop enters it with its cache's
-    ``NamedSharding``, ``[B, KVH, S, Dh]`` split over rows and possibly KV heads) each device
-    runs the kernel on its own rows and KV heads: queries split like their KV heads (query
-    head ``h`` belongs to KV head ``h // (H // KVH)``, so contiguous chunks line up), the
-    tree block and the lengths like the rows. The ``"xla"`` backend is left to the
-    partitioner."""
-    token = _CACHE_SHARDING.set(cache_sharding)
-    try:
+    replicated operands. Under this context (the cache ``[B, KVH, S, Dh]`` split over rows
+    and possibly KV heads) each device runs the kernel on its own rows and KV heads: queries
+    split like their KV heads (query head ``h`` belongs to KV head ``h // (H // KVH)``, so
+    contiguous chunks line up), the tree block and the lengths like the rows. The ``"xla"``
+    backend is left to the partitioner."""
+    with placement.sharded(None if cache_sharding is None
+                           else placement.KernelMesh.of_cache(cache_sharding)):
         yield
-    finally:
-        _CACHE_SHARDING.reset(token)
 
 
-def _split_axes(cache_sharding) -> tuple:
-    """The mesh axes (or None) the cache's rows and KV heads are split over (the sharding of
-    a cache buffer ``[B, KVH, S, Dh]``, :func:`specjax.sharding.cache_sharding`; until
-    2026-12-03 this read the third entry, the positions' since the cache stores heads first,
-    so on a mesh the kernels saw KV heads as unsplit and ran on gathered copies)."""
-    spec = tuple(cache_sharding.spec) + (None,) * 4
-    return spec[0], spec[1]
-
-
-def _shard_mapped(fn, cache_sharding):
-    rows, kv = _split_axes(cache_sharding)
-    blocks = PartitionSpec(rows, None, kv, None)  # q, the cache, the tree block, the output
+def _shard_mapped(fn, km: placement.KernelMesh):
+    blocks = PartitionSpec(km.rows, None, km.kv_heads, None)  # q, cache, tree block, output
     return jax.shard_map(
-        fn, mesh=cache_sharding.mesh, out_specs=blocks, check_vma=False,
-        in_specs=(blocks, blocks, blocks, PartitionSpec(rows), blocks, blocks,
-                  PartitionSpec(rows)))
+        fn, mesh=km.mesh, out_specs=blocks, check_vma=False,
+        in_specs=(blocks, blocks, blocks, PartitionSpec(km.rows), blocks, blocks,
+                  PartitionSpec(km.rows)))
 
 
 # Compiled once per shape and static configuration (eager op-by-op dispatch is slow).
@@ -178,12 +163,10 @@ def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths
     args = (q, k_cache, v_cache, lengths, k_tree, v_tree, tree_mask)
     if impl == "xla":
         return _xla(*args, scale=scale)
-    cache_sharding = _CACHE_SHARDING.get()
-    if cache_sharding is not None:  # per-device shapes decide the kernel's settings
-        rows, kv = _split_axes(cache_sharding)
-        sizes = dict(cache_sharding.mesh.shape)
-        batch = q.shape[0] // (sizes[rows] if rows else 1)
-        kv_heads = k_cache.shape[2] // (sizes[kv] if kv else 1)
+    km = placement.current()
+    if km is not None:  # per-device shapes decide the kernel's settings
+        batch = q.shape[0] // km.size(km.rows)
+        kv_heads = k_cache.shape[2] // km.size(km.kv_heads)
     else:
         batch, kv_heads = q.shape[0], k_cache.shape[2]
     block_k, num_splits = kernel_settings(impl, batch, kv_heads, block_k, num_splits)
@@ -193,6 +176,6 @@ def tree_attention(q: jax.Array, k_cache: jax.Array, v_cache: jax.Array, lengths
     else:
         fn = functools.partial(_pallas, scale=scale, block_k=block_k, num_splits=num_splits,
                                mode=PALLAS_MODES[impl])
-    if cache_sharding is not None:
-        fn = _shard_mapped(fn, cache_sharding)
+    if km is not None:
+        fn = _shard_mapped(fn, km)
     return fn(*args)
