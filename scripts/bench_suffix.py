@@ -12,9 +12,15 @@ plain decoding, compile time is excluded (a request whose program was freshly co
 timed a second time; the suffix drafter's cache learns only after both runs, explicitly).
 The suffix drafter's global cache holds every earlier answer of the stream.
 
-Resumable: each finished request is appended to ``JOURNAL/records.jsonl`` and the suffix cache
-saved to ``JOURNAL/suffix_cache.npz``; the same command continues where it stopped
-(``--time-limit`` minutes per invocation).
+Other methods that learn every answer (``ngram``'s suffix cache and datastore) learn inside the
+drafter, once per request: a run timed again starts from the drafter's state before the first
+(its ``snapshot`` / ``restore``), so no timed run drafts its own answer.
+
+Resumable: each finished request is appended to ``JOURNAL/records.jsonl`` (with its prompt's
+token ids and plain decoding's prefill time: ``scripts/replay_suffix_bound.py`` reads them) and
+the suffix cache saved to ``JOURNAL/suffix_cache.npz``; the same command continues where it
+stopped (``--time-limit`` minutes per invocation), the other learning methods relearning the
+recorded answers.
 
     python scripts/bench_suffix.py --tasks spec_bench:../shared/data/spec_bench/question.jsonl \\
         --journal runs/suffix_workload --out docs/results/suffix_workload.json
@@ -119,6 +125,7 @@ def main() -> None:
     from specjax import methods as mlib
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.prompts import load_prompts
+    from specjax.drafters.base import learns_across_calls
     from specjax.drafters.suffix import SuffixCache
     from specjax.engine import generate
     from specjax.models.loaders import load
@@ -150,6 +157,17 @@ def main() -> None:
     built = {m: mlib.build(name, lm, {**args, "cache": cache, "learn": "false"}
                            if mlib.base_method(name) == "suffix" else args)
              for m, (name, args) in specs.items()}
+    # methods other than `suffix` (whose cache this script keeps and saves) that learn from
+    # every answer: a resumed journal teaches them the recorded answers again
+    learners = [m for m in names if mlib.base_method(specs[m][0]) != "suffix"
+                and learns_across_calls(built[m][0])]
+    if records and learners:
+        if any("prompt_ids" not in r for r in records):
+            sys.exit(f"{rec_path} has no prompt ids (written before 2026-12-06): "
+                     f"{', '.join(learners)} cannot relearn its answers; use another --journal")
+        for m in learners:
+            built[m][0].relearn([r["prompt_ids"] for r in records],
+                                [r["runs"]["ar"]["tokens"] for r in records])
     plan = ([("round1", i, t["prompt"]) for i, t in enumerate(tasks)]
             + [("round2", i, CHANGES[i % len(CHANGES)](t["prompt"]))
                for i, t in enumerate(tasks)]
@@ -185,12 +203,18 @@ def main() -> None:
                                 cache_len=fits[0], eos_ids=tok.eos_ids, drafter=d, policy=pol,
                                 verifier=ver)
 
+            # a drafter that learns every answer (`ngram`'s suffix cache and datastore) times
+            # the second run from what it knew before the first, not from its own answer
+            snap = d.snapshot() if m in learners else None
             r = gen()
             if r.compile_s > 0:  # first execution of a new program: time it again
+                if snap is not None:
+                    d.restore(snap)
                 r = gen()
             ex = r.extra or {}
             runs[m] = {"tokens": r.tokens[0], "new_tokens": len(r.tokens[0]),
-                       "wall_s": r.wall_s[0], "forwards": r.target_forwards[0],
+                       "wall_s": r.wall_s[0], "prefill_s": r.prefill_s[0],
+                       "forwards": r.target_forwards[0],
                        "identical": r.tokens[0] == runs["ar"]["tokens"] if m != "ar" else True}
             for key in ("drafted", "accepted", "suffix_steps", "suffix_hits",
                         "suffix_global_hits"):
@@ -202,7 +226,7 @@ def main() -> None:
                 break
         cache.save(cache_path)
         rec = {"part": part, "index": i, "text": text, "prompt_tokens": len(prompt),
-               "runs": runs, "finished_at": utc_now()}
+               "prompt_ids": [int(t) for t in prompt], "runs": runs, "finished_at": utc_now()}
         records.append(rec)
         with rec_path.open("a") as f:
             f.write(json.dumps(rec) + "\n")
