@@ -451,12 +451,14 @@ def prefill_section(now: dict, before: dict | None) -> list[str]:
     return out + [""]
 
 
-def suffix_section(d: dict) -> list[str]:
-    """docs/results/suffix_workload.json (scripts/bench_suffix.py): suffix decoding on a
-    repeated-task workload."""
+def suffix_section(d: dict, latest: bool = True) -> list[str]:
+    """docs/results/suffix_workload*.json (scripts/bench_suffix.py): suffix decoding on a
+    repeated-task workload (the latest run first, then earlier ones)."""
     done = "" if d.get("complete") else (f" **Incomplete: {d['requests_done']} of "
                                          f"{d['requests_total']} requests so far.**")
-    out = ["## Suffix decoding on a repeated-task workload (issue 24)", "",
+    title = "## Suffix decoding on a repeated-task workload (issue 24)" + (
+        "" if latest else f": the earlier run of {d['date'][:10]}")
+    out = [title, "",
            f"`{d['command']}` ({d['date']}, {d['machine']}); SmolLM2-135M float32, "
            f"{d.get('numerics', 'exact')} numerics, greedy, batch 1, {d['max_new_tokens']} new "
            f"tokens; {len(d['tasks'])} Spec-Bench tasks (round 1), the same tasks with a small "
@@ -480,6 +482,41 @@ def suffix_section(d: dict) -> list[str]:
                        f"{row[m + '_speedup']:.2f}x | {row[m + '_median_speedup']:.2f}x | "
                        f"{row[m + '_tau']:.2f} | {hit} | {gh} | "
                        f"{row[m + '_identical']}/{row['requests']} |")
+    return out + [""]
+
+
+def suffix_bound_section(d: dict) -> list[str]:
+    """docs/results/suffix_workload_bound.json (scripts/replay_suffix_bound.py): the ceiling
+    of copy-based drafting on the repeated-task workload beside the measured methods."""
+    h = d["header"]
+    methods = [m for m in h["methods"] if m != "ar"]
+    out = ["### Its ceilings: oracles that draft the answer from what the drafter has seen",
+           "", f"`{d['command']}` (journal of {d['complete']} requests; k <= {d['k']}, this "
+           "machine's batch-1 verify curve at the engine's bucketed block sizes). At every "
+           "step an oracle drafts exactly the tokens that will be accepted, drafting is free "
+           "and the prefill is plain decoding's own. `suffix's rule` (not an oracle: the "
+           "drafter's defaults replayed, charged for every drafted token, drafting free): the "
+           "chain `suffix` drafts (the majority continuation of its 32 most recent "
+           "candidates, cut where a token has under 10% of them or past the match length); "
+           "`suffix's vote`: the same chain cut at the right length; `suffix's candidates`: "
+           "the best "
+           "continuation of every earlier occurrence of the longest matched context (at most "
+           f"{d.get('max_depth', 24)} tokens) in the prompt, the output so far and every "
+           "earlier answer (what `suffix` reads; the ceiling of a suffix-match drafter whatever "
+           "its vote and length rule); `copy, outputs`: the longest run of the continuation "
+           "found anywhere in those texts (the source chosen knowing the answer); `copy, "
+           "everything`: also in every earlier prompt. Speedup over plain decoding (tau).", "",
+           "| part | requests | suffix's rule | suffix's vote | suffix's candidates | "
+           "copy, outputs | copy, everything | " + " | ".join(methods) + " |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+           + " | ".join("---:" for _ in methods) + " |"]
+    for part, r in d["report"].items():
+        cells = [f"{r[c + '_speedup']:.2f}x ({r[c + '_tau']:.2f})"
+                 for c in ["bound_outputs_rule", "bound_outputs_vote",
+                           "bound_outputs_matched", "bound_outputs",
+                           "bound_everything"]
+                 + methods]
+        out.append(f"| {part} | {r['requests']} | " + " | ".join(cells) + " |")
     return out + [""]
 
 
@@ -552,9 +589,13 @@ def main():
         b = RES / "prefill_exact_vs_fast_before.json"
         lines += prefill_section(json.loads(f.read_text()),
                                  json.loads(b.read_text()) if b.exists() else None)
-    f = RES / "suffix_workload.json"
-    if f.exists():
-        lines += suffix_section(json.loads(f.read_text()))
+    runs = [json.loads(f.read_text()) for f in RES.glob("suffix_workload*.json")
+            if not f.stem.endswith("_bound")]
+    bound = RES / "suffix_workload_bound.json"
+    for i, d in enumerate(sorted(runs, key=lambda d: d["date"], reverse=True)):
+        lines += suffix_section(d, latest=i == 0)
+        if i == 0 and bound.exists():  # the ceilings, replayed from the latest run's journal
+            lines += suffix_bound_section(json.loads(bound.read_text()))
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
