@@ -67,8 +67,8 @@ _CONTEXT: contextvars.ContextVar = contextvars.ContextVar("pallas_kernel_mesh", 
 
 @contextlib.contextmanager
 def sharded(kernel_mesh: KernelMesh | None):
-    """Traces the Pallas kernels inside ``shard_map`` over ``kernel_mesh`` (None: no
-    effect)."""
+    """Traces the Pallas kernels inside ``shard_map`` over ``kernel_mesh`` (None: clears the
+    placement, so they run whole, as on one device)."""
     token = _CONTEXT.set(kernel_mesh)
     try:
         yield

@@ -107,9 +107,12 @@ def main(quick: bool):
         api._shard_mapped = lambda fn, km: traced.append(km.rows) or shard_mapped(fn, km)
         kt = random_model(tiny_config(vocab_size=64, num_layers=4), seed=21)
         kt.set_attention_impl("pallas_interpret")
-        _against_one_device("kernel", kt, prompts, out, (
-            ("ar", {}), ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"})))
-        api._shard_mapped = shard_mapped
+        try:
+            _against_one_device("kernel", kt, prompts, out, (
+                ("ar", {}),
+                ("eagle@tree", {"head": "random", "tree": "dynamic:width=2,nodes=6"})))
+        finally:
+            api._shard_mapped = shard_mapped
         if "data" not in traced:
             out["mismatch"].append(["kernel", "never traced inside shard_map", traced])
     # the batch-invariant Pallas kernels of exact numerics (interpret mode on CPU) inside

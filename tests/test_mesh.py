@@ -128,7 +128,6 @@ def test_sharding_table_and_launch_arguments():
         initialize("localhost:1234", 2, 2)
 
 
-
 def test_one_kernel_placement_for_every_pallas_kernel():
     """The tree-attention kernels and exact numerics' kernels read one placement context: the
     table's KernelMesh, or the one a KV cache's sharding gives."""

@@ -39,7 +39,8 @@ _DEFAULT_BLOCK_K = {"pallas_interpret": 128, "pallas_mosaic_tpu": 256, "pallas_m
 @contextlib.contextmanager
 def sharded(cache_sharding):
     """Traces the Pallas backends inside ``jax.shard_map`` over the mesh of a KV cache's
-    ``NamedSharding`` (None: no effect): :func:`specjax.pallas_kernels.placement.sharded` with
+    ``NamedSharding`` (None: clears the placement, for every Pallas kernel):
+    :func:`specjax.pallas_kernels.placement.sharded` with
     the cache's rows' and KV heads' axes (the decode loop enters that context itself, with
     its sharding table's :class:`~specjax.pallas_kernels.placement.KernelMesh`).
 
