@@ -165,9 +165,9 @@ def main() -> None:
         if any("prompt_ids" not in r for r in records):
             sys.exit(f"{rec_path} has no prompt ids (written before 2026-12-06): "
                      f"{', '.join(learners)} cannot relearn its answers; use another --journal")
-        for m in learners:
+        for m in learners:  # each its own answers, as it learnt them
             built[m][0].relearn([r["prompt_ids"] for r in records],
-                                [r["runs"]["ar"]["tokens"] for r in records])
+                                [r["runs"][m]["tokens"] for r in records])
     plan = ([("round1", i, t["prompt"]) for i, t in enumerate(tasks)]
             + [("round2", i, CHANGES[i % len(CHANGES)](t["prompt"]))
                for i, t in enumerate(tasks)]

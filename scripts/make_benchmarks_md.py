@@ -491,19 +491,22 @@ def suffix_bound_section(d: dict) -> list[str]:
     h = d["header"]
     methods = [m for m in h["methods"] if m != "ar"]
     out = ["### Its ceilings: oracles that draft the answer from what the drafter has seen",
-           "", f"`{d['command']}` (journal of {d['complete']} requests; k <= {d['k']}, this "
+           "", f"`{d['command']}` (journal of {d['requests']} requests; k <= {d['k']}, this "
            "machine's batch-1 verify curve at the engine's bucketed block sizes). At every "
-           "step an oracle drafts exactly the tokens that will be accepted, drafting is free "
-           "and the prefill is plain decoding's own. `suffix's rule` (not an oracle: the "
+           "step an oracle drafts exactly the tokens that will be accepted, along the "
+           "cheapest path through the answer; drafting is free and the prefill is plain "
+           "decoding's own. `suffix's rule` (not an oracle: the "
            "drafter's defaults replayed, charged for every drafted token, drafting free): the "
            "chain `suffix` drafts (the majority continuation of its 32 most recent "
-           "candidates, cut where a token has under 10% of them or past the match length); "
+           f"candidates, cut where a token has under {100 * d.get('cut', [0.1])[0]:.0f}% of "
+           f"them or past {d.get('cut', [0.1, 1.0])[1]:g} times the match length); "
            "`suffix's vote`: the same chain cut at the right length; `suffix's candidates`: "
            "the best "
            "continuation of every earlier occurrence of the longest matched context (at most "
            f"{d.get('max_depth', 24)} tokens) in the prompt, the output so far and every "
-           "earlier answer (what `suffix` reads; the ceiling of a suffix-match drafter whatever "
-           "its vote and length rule); `copy, outputs`: the longest run of the continuation "
+           "earlier answer (what `suffix` reads; the ceiling of any drafter of the longest "
+           "matched context's continuations, chain or tree, whatever its vote and length "
+           "rule); `copy, outputs`: the longest run of the continuation "
            "found anywhere in those texts (the source chosen knowing the answer); `copy, "
            "everything`: also in every earlier prompt. Speedup over plain decoding (tau).", "",
            "| part | requests | suffix's rule | suffix's vote | suffix's candidates | "
@@ -594,8 +597,10 @@ def main():
     bound = RES / "suffix_workload_bound.json"
     for i, d in enumerate(sorted(runs, key=lambda d: d["date"], reverse=True)):
         lines += suffix_section(d, latest=i == 0)
-        if i == 0 and bound.exists():  # the ceilings, replayed from the latest run's journal
-            lines += suffix_bound_section(json.loads(bound.read_text()))
+        b = json.loads(bound.read_text()) if i == 0 and bound.exists() else None
+        if b is not None and b["header"]["tasks"] == d["tasks"] \
+                and b["header"]["methods"] == d["methods"]:  # replayed from this run's journal
+            lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
     for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "

@@ -13,18 +13,21 @@ decoding's own), with these drafts (``k`` tokens at most):
 * ``outputs_vote``: the same chain cut where it stops being accepted (the length known);
 * ``outputs_matched``: the continuation, among every occurrence of the longest matched
   context, that agrees longest with the answer, cut at the right length: the ceiling of any
-  suffix-match drafter, whatever its vote, tree or length rule;
+  drafter of the longest matched context's continuations (chain or tree, whatever its vote
+  or length rule; one that backs off to shorter contexts is bounded by ``outputs`` only);
 * ``outputs``: the longest run of the answer found anywhere in the prompt, the output so far
   and the earlier answers (the source position chosen knowing the answer: the ceiling of any
-  drafter that copies from those texts; a part of a copy is a copy, so greedy longest copies
-  take the fewest forwards);
+  drafter that copies from those texts);
 * ``everything``: the same with every earlier prompt as well.
 
-Each request's figure is ``prefill + decode * cost / plain steps`` with plain decoding's
+An oracle takes the cheapest path through the answer (any accepted length up to each
+position's reach; with bucketed block costs the longest draft is not always the cheapest).
+Forwards count the prefill's, as the engine's do. Each request's figure is
+``prefill + decode * cost / plain steps`` with plain decoding's
 measured prefill and decode times, summed per part as the benchmark sums its wall times, beside
 the measured methods of the same journal:
 
-    python scripts/replay_suffix_bound.py --journal runs/suffix_workload \\
+    python scripts/replay_suffix_bound.py --journal runs/suffix_workload_2 \\
         --out docs/results/suffix_workload_bound.json
 """
 
@@ -70,8 +73,10 @@ def matched_continuations(text: np.ndarray, max_depth: int) -> tuple[np.ndarray,
     depth = 0
     while ends.size and depth < max_depth:
         best, depth = ends, depth + 1
+        if depth >= end or text[end - depth - 1] == SEPARATOR:  # contexts stop at a document
+            break
         ends = ends[ends - depth - 1 >= 0]
-        ends = ends[text[ends - depth - 1] == text[end - depth - 1]] if depth < end else ends[:0]
+        ends = ends[text[ends - depth - 1] == text[end - depth - 1]]
     return (best, depth) if depth else (np.zeros(0, np.int64), 0)
 
 
@@ -100,59 +105,94 @@ def vote(text: np.ndarray, starts: np.ndarray, k: int, candidates: int,
     return np.asarray(chain, np.int64)
 
 
+def draft_at(text: np.ndarray, truth: np.ndarray, k: int, max_depth: int | None, rule: str,
+             candidates: int, cut: tuple[float, float]) -> tuple[int, int]:
+    """``(accepted, drafted)`` at one position: ``text`` is all the drafter has seen,
+    ``truth`` the answer's next tokens (at most ``k``); see :func:`oracle_cost` for the
+    rules. An oracle drafts exactly what is accepted (``drafted == accepted``)."""
+    if max_depth is None:
+        n = longest_copy(text, truth, k)
+        return n, n
+    starts, match = matched_continuations(text, max_depth)
+    if rule in ("vote", "drafter"):
+        support: list[float] = []
+        chain = vote(text, starts, len(truth), candidates, support)
+        if rule == "drafter":  # the drafter's own cut: share, match length, k
+            share, factor = cut
+            d = 0
+            while d < len(chain) and support[d] >= share:
+                d += 1
+            chain = chain[:min(d, int(np.ceil(factor * match)))]
+        n = 0
+        while n < len(chain) and chain[n] == truth[n]:
+            n += 1
+        return n, (len(chain) if rule == "drafter" else n)
+    n = 0
+    for j in range(len(truth)):  # the candidates that still agree after j tokens
+        starts = starts[starts + j < len(text)]
+        starts = starts[text[starts + j] == truth[j]]
+        if not starts.size:
+            break
+        n = j + 1
+    return n, n
+
+
 def oracle_cost(sources: np.ndarray, prompt: list[int], output: list[int], k: int,
                 block_cost, max_depth: int | None = None, rule: str = "best",
                 candidates: int = 32, cut: tuple[float, float] = (0.1, 1.0)
                 ) -> tuple[int, float]:
-    """(forwards, relative cost) to produce ``output[1:]`` (``output[0]`` comes from the
-    prefill) when each step drafts exactly the accepted part of its copy, charged
-    ``block_cost[accepted]``. The copy: the longest run of the continuation found anywhere in
-    ``sources``, the prompt or the output so far (``max_depth`` None); or, with
-    ``max_depth``, a continuation of the occurrences of the longest matched context (the
-    suffix drafter's candidates): the one that agrees longest with the answer (``rule``
-    ``"best"``, every occurrence), or the drafter's own vote over its ``candidates`` most
-    recent (``"vote"``); ``"drafter"``: that vote cut as the drafter cuts it (``cut``: the
-    smallest share of the candidates a token needs, and the most tokens per matched token,
-    its ``min_prob`` and ``factor``), charged for all it drafts."""
+    """(target forwards, the prefill's included; relative cost of the steps after it) to
+    produce ``output`` (``output[0]`` comes from the prefill), a step verifying ``d`` drafted
+    tokens charged ``block_cost[d]``. The draft at each position:
+
+    * ``max_depth`` None: the longest run of the answer found anywhere in ``sources``, the
+      prompt or the output so far (the source chosen knowing the answer);
+    * ``rule="best"``: of the continuations of every occurrence of the longest matched
+      context (at most ``max_depth`` tokens; the suffix drafter's candidates), the one that
+      agrees longest with the answer;
+    * ``rule="vote"``: the suffix drafter's chain (the majority continuation of its
+      ``candidates`` most recent occurrences);
+    * ``rule="drafter"``: that chain cut as the drafter cuts it (``cut``: the smallest share
+      of the candidates a token needs and the most tokens per matched token, its
+      ``min_prob`` and ``factor``), charged for all it drafts: a replay, not an oracle.
+
+    The oracles may draft any prefix of their draft, knowing how much will be accepted:
+    every position's reach depends on the answer alone, so the cheapest path through the
+    answer is found exactly (a dynamic programme over positions), not greedily (the curve's
+    block buckets make the longest draft not always the cheapest)."""
     out = np.asarray(output, np.int64)
-    pos, forwards, total = 1, 0, 0.0
-    while pos < len(out):
+    n_out = len(out)
+
+    def at(pos):
         text = np.concatenate([sources, [SEPARATOR], np.asarray(prompt, np.int64),
                                out[:pos]])
-        truth = out[pos:pos + k]
-        if max_depth is None:
-            n = longest_copy(text, truth, k)
-        elif rule in ("vote", "drafter"):
-            starts, match = matched_continuations(text, max_depth)
-            support: list[float] = []
-            chain = vote(text, starts, len(truth), candidates, support)
-            if rule == "drafter":  # the drafter's own cut: share, match length, k
-                share, factor = cut
-                d = 0
-                while d < len(chain) and support[d] >= share:
-                    d += 1
-                chain = chain[:min(d, int(np.ceil(factor * match)))]
-            n = 0
-            while n < len(chain) and chain[n] == truth[n]:
-                n += 1
-            if rule == "drafter":  # charged for what it drafted, not what is accepted
-                total += float(block_cost[len(chain)]) - float(block_cost[n])
-        else:
-            starts, _ = matched_continuations(text, max_depth)
-            n = 0
-            for j in range(len(truth)):  # the candidates that still agree after j tokens
-                starts = starts[starts + j < len(text)]
-                starts = starts[text[starts + j] == truth[j]]
-                if not starts.size:
-                    break
-                n = j + 1
-        total += float(block_cost[n])
-        pos += min(n + 1, len(out) - pos)
-        forwards += 1
-    return forwards, total
+        return draft_at(text, out[pos:pos + k], k, max_depth, rule, candidates, cut)
+
+    if rule == "drafter":  # the drafter's path
+        pos, forwards, total = 1, 1, 0.0
+        while pos < n_out:
+            n, d = at(pos)
+            total += float(block_cost[d])
+            pos += min(n + 1, n_out - pos)
+            forwards += 1
+        return forwards, total
+    best = np.full(n_out + 1, np.inf)  # cheapest cost from each position to the end
+    steps = np.zeros(n_out + 1, np.int64)
+    best[n_out] = 0.0
+    for pos in range(n_out - 1, 0, -1):
+        reach, _ = at(pos)
+        for n in range(reach + 1):
+            nxt = min(pos + n + 1, n_out)
+            c = float(block_cost[n]) + best[nxt]
+            if c < best[pos] or (c == best[pos] and steps[nxt] + 1 < steps[pos]):
+                best[pos], steps[pos] = c, steps[nxt] + 1
+    if n_out <= 1:
+        return 1, 0.0
+    return int(steps[1]) + 1, float(best[1])
 
 
-def replay(records: list[dict], k: int, block_cost, max_depth: int = 24) -> dict:
+def replay(records: list[dict], k: int, block_cost, max_depth: int = 24,
+           cut: tuple[float, float] = (0.1, 1.0)) -> dict:
     """Per part: plain decoding's and each bound's summed wall time and forwards, and the
     measured methods' figures, from the journal's ``records``."""
     seen = {"outputs": [], "everything": []}
@@ -179,7 +219,8 @@ def replay(records: list[dict], k: int, block_cost, max_depth: int = 24) -> dict
                                        (f"{name}_rule", max_depth, "drafter")):
                 if bound not in BOUNDS:
                     continue
-                fw, cost = oracle_cost(src, prompt, output, k, block_cost, depth, rule)
+                fw, cost = oracle_cost(src, prompt, output, k, block_cost, depth, rule,
+                                       cut=cut)
                 row[bound] = (ar["prefill_s"] + decode_s * cost / plain_steps, fw)
         rows.append(row)
         seen["outputs"].append(output)
@@ -208,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=16, help="longest draft (the suffix drafter's k)")
     ap.add_argument("--max-depth", type=int, default=24,
                     help="longest context the suffix drafter matches (its max_depth)")
+    ap.add_argument("--cut", default="0.1,1.0",
+                    help="SHARE,FACTOR: the replayed drafter's cut (its min_prob and factor)")
     ap.add_argument("--cost", default=None,
                     help="verify-curve JSON; default: this machine's measured curve for the "
                          "journal's model at batch 1 (specjax.cost_curves, cached)")
@@ -233,7 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         cost = cost_curves.measured_cost(load(header["model"]), a.k, 1)
     block_cost = np.asarray(bucketed_cost(tuple(cost), a.k))
-    report = replay(records, a.k, block_cost, a.max_depth)
+    try:
+        share, factor = (float(x) for x in a.cut.split(","))
+    except ValueError:
+        ap.error(f"--cut must be SHARE,FACTOR (two numbers), got {a.cut!r}")
+    report = replay(records, a.k, block_cost, a.max_depth, (share, factor))
     cols = ["bound_" + b for b in BOUNDS] + [m for m in header["methods"] if m != "ar"]
     print("| part | requests | " + " | ".join(cols) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in cols) + " |")
@@ -242,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {part} | {rep['requests']} | " + " | ".join(cells) + " |")
     if a.out:
         out = {"command": " ".join(["python"] + sys.argv), "journal": str(a.journal),
-               "k": a.k, "max_depth": a.max_depth, "cost": [float(c) for c in cost],
+               "k": a.k, "max_depth": a.max_depth, "cut": [share, factor],
+               "cost": [float(c) for c in cost],
                "header": header,
-               "complete": len(records), "report": report}
+               "requests": len(records), "report": report}
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -33,18 +33,19 @@ def test_oracle_matches_the_pure_python_oracle(rb, rp):
         prompt = rng.integers(0, 4, 10).tolist()
         output = rng.integers(0, 4, 20).tolist()
         fw, total = rb.oracle_cost(np.zeros(0, np.int64), prompt, output, 5, block_cost)
-        assert fw == rp.oracle_forwards(prompt, output, 5)
+        assert fw == rp.oracle_forwards(prompt, output, 5) + 1  # + the prefill's forward
         assert total == 0.0
 
 
 def test_earlier_answers_are_a_source(rb):
     output = [7, 8, 9, 10, 11, 12]
     cost = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
-    # nothing to copy: one forward per token after the prefill's, each a 1-token block
-    assert rb.oracle_cost(np.zeros(0, np.int64), [1, 2], output, 6, cost) == (5, 5.0)
-    # the same answer seen before: one forward verifies the five tokens left
+    # nothing to copy: the prefill's forward, then one per token, each a 1-token block
+    assert rb.oracle_cost(np.zeros(0, np.int64), [1, 2], output, 6, cost) == (6, 5.0)
+    # the same answer seen before: one forward gives the five tokens left, four of them
+    # drafted (the fifth is the forward's own token; drafting it too would cost 3.5)
     seen = np.array(output, np.int64)
-    assert rb.oracle_cost(seen, [1, 2], output, 6, cost) == (1, 3.5)
+    assert rb.oracle_cost(seen, [1, 2], output, 6, cost) == (2, 3.0)
 
 
 def test_replay_per_part(rb):
@@ -63,7 +64,7 @@ def test_replay_per_part(rb):
     # 8-token draft at cost 2 of 8 plain steps' 0.8 s, so 0.2 + 0.8 * 2 / 8 = 0.4 s
     assert rep["round1"]["bound_outputs_speedup"] == pytest.approx(1.0)
     assert rep["round2"]["bound_outputs_speedup"] == pytest.approx(1.0 / 0.4)
-    assert rep["round2"]["bound_everything_tau"] == pytest.approx(9 / 1)
+    assert rep["round2"]["bound_everything_tau"] == pytest.approx(9 / 2)  # prefill + 1
     assert rep["round2"]["suffix_speedup"] == pytest.approx(2.0)
     assert rep["all"]["bound_outputs_speedup"] == pytest.approx(2.0 / 1.4)
     # a prompt copied from an earlier request counts for `everything` only
@@ -92,7 +93,7 @@ def test_matched_continuations_by_hand(rb):
     output = [2, 4, -5]
     fw, _ = rb.oracle_cost(np.array([5, 1, 2, 3, 1, 2, 4], np.int64), [9, 1], output, 8,
                            [0.0] * 9, max_depth=24)
-    assert fw == 1  # one forward: the draft [4] accepted, then the last token
+    assert fw == 2  # the prefill, then one forward: the draft [4] accepted, and the last token
     # the matched oracle never beats the copy-anywhere oracle
     rng = np.random.default_rng(3)
     for _ in range(20):
@@ -127,8 +128,40 @@ def test_the_drafters_cut_is_charged_for_what_it_drafts(rb):
     src = np.array([1, 2, 3, 4], np.int64)
     cost = [1.0, 1.25, 1.5, 1.75, 2.0]
     fw, total = rb.oracle_cost(src, [0], [1, 2, 7], 4, cost, max_depth=24, rule="drafter")
-    assert (fw, total) == (1, 1.25)  # [2] drafted and accepted, 7 the bonus token
+    assert (fw, total) == (2, 1.25)  # [2] drafted and accepted, 7 the bonus token
     fw, total = rb.oracle_cost(src, [0], [1, 2, 7, 5, 5], 4, cost, max_depth=24,
                                rule="drafter", cut=(0.1, 4.0))
     # [2, 3, 4] drafted, [2] accepted: charged for three; then nothing matches [.., 7], [5]
-    assert (fw, total) == (3, 1.75 + 1.0 + 1.0)
+    assert (fw, total) == (4, 1.75 + 1.0 + 1.0)
+
+
+def _cheapest_by_brute_force(rb, sources, prompt, output, k, cost, **kw):
+    """Every path through the answer (any accepted length up to each position's reach)."""
+    out = np.asarray(output, np.int64)
+
+    def go(pos):
+        if pos >= len(out):
+            return 0.0
+        text = np.concatenate([sources, [-1], np.asarray(prompt, np.int64), out[:pos]])
+        reach, _ = rb.draft_at(text, out[pos:pos + k], k, kw.get("max_depth"),
+                               kw.get("rule", "best"), 32, (0.1, 1.0))
+        return min(cost[n] + go(pos + n + 1) for n in range(reach + 1))
+
+    return go(1)
+
+
+def test_oracles_find_the_cheapest_path_not_the_longest_drafts(rb):
+    # a 2-token draft costs more than two 1-token drafts' worth: greedy longest drafts lose
+    cost = [1.0, 1.1, 3.0, 3.0, 3.0]
+    answer = [4, 5, 6, 7, 8, 9, 10]
+    fw, total = rb.oracle_cost(np.array(answer, np.int64), [1], answer, 4, cost)
+    assert total == pytest.approx(3 * 1.1) and fw == 4  # three steps of one drafted token
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        src = rng.integers(0, 3, 25)
+        prompt, out = rng.integers(0, 3, 5).tolist(), rng.integers(0, 3, 10).tolist()
+        cost = np.sort(rng.uniform(1.0, 3.0, 5))
+        for kw in ({}, {"max_depth": 24}, {"max_depth": 24, "rule": "vote"}):
+            got = rb.oracle_cost(src, prompt, out, 4, cost, **kw)[1]
+            assert got == pytest.approx(_cheapest_by_brute_force(rb, src, prompt, out, 4, cost,
+                                                                 **kw))
