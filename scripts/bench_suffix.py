@@ -125,6 +125,7 @@ def main() -> None:
     from specjax import methods as mlib
     from specjax.bench.machine import machine_description, utc_now
     from specjax.bench.prompts import load_prompts
+    from specjax.bench.timing import timed_generation
     from specjax.drafters.base import learns_across_calls
     from specjax.drafters.suffix import SuffixCache
     from specjax.engine import generate
@@ -203,14 +204,8 @@ def main() -> None:
                                 cache_len=fits[0], eos_ids=tok.eos_ids, drafter=d, policy=pol,
                                 verifier=ver)
 
-            # a drafter that learns every answer (`ngram`'s suffix cache and datastore) times
-            # the second run from what it knew before the first, not from its own answer
-            snap = d.snapshot() if m in learners else None
-            r = gen()
-            if r.compile_s > 0:  # first execution of a new program: time it again
-                if snap is not None:
-                    d.restore(snap)
-                r = gen()
+            # a new program runs again, a learning drafter (`ngram`) from its state before
+            r = timed_generation(gen, d)
             ex = r.extra or {}
             runs[m] = {"tokens": r.tokens[0], "new_tokens": len(r.tokens[0]),
                        "wall_s": r.wall_s[0], "prefill_s": r.prefill_s[0],

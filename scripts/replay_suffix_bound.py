@@ -41,7 +41,12 @@ from pathlib import Path
 import numpy as np
 
 PARTS = ("round1", "round2", "edit", "all")
-BOUNDS = ("outputs_rule", "outputs_vote", "outputs_matched", "outputs", "everything")
+# name -> (the texts drafted from, a matched context (else a copy from anywhere), the rule)
+BOUNDS = {"outputs_rule": ("outputs", True, "drafter"),
+          "outputs_vote": ("outputs", True, "vote"),
+          "outputs_matched": ("outputs", True, "best"),
+          "outputs": ("outputs", False, "best"),
+          "everything": ("everything", False, "best")}
 SEPARATOR = -1  # between documents: no copy runs across two texts
 
 
@@ -210,18 +215,13 @@ def replay(records: list[dict], k: int, block_cost, max_depth: int = 24,
                "ar_forwards": ar["forwards"],
                "methods": {m: (x["wall_s"], x["forwards"]) for m, x in r["runs"].items()
                            if m != "ar"}}
-        for name, docs in seen.items():
-            src = (np.concatenate([np.append(np.asarray(d, np.int64), SEPARATOR)
-                                   for d in docs]) if docs else np.zeros(0, np.int64))
-            for bound, depth, rule in ((name, None, "best"),
-                                       (f"{name}_matched", max_depth, "best"),
-                                       (f"{name}_vote", max_depth, "vote"),
-                                       (f"{name}_rule", max_depth, "drafter")):
-                if bound not in BOUNDS:
-                    continue
-                fw, cost = oracle_cost(src, prompt, output, k, block_cost, depth, rule,
-                                       cut=cut)
-                row[bound] = (ar["prefill_s"] + decode_s * cost / plain_steps, fw)
+        sources = {name: np.concatenate([np.append(np.asarray(d, np.int64), SEPARATOR)
+                                         for d in docs]) if docs else np.zeros(0, np.int64)
+                   for name, docs in seen.items()}
+        for bound, (texts, matched, rule) in BOUNDS.items():
+            fw, cost = oracle_cost(sources[texts], prompt, output, k, block_cost,
+                                   max_depth if matched else None, rule, cut=cut)
+            row[bound] = (ar["prefill_s"] + decode_s * cost / plain_steps, fw)
         rows.append(row)
         seen["outputs"].append(output)
         seen["everything"] += [prompt, output]

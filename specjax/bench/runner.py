@@ -18,6 +18,7 @@ from specjax.bench.journal import Journal
 from specjax.bench.machine import machine_description, utc_now
 from specjax.bench.peers import _peer_runner
 from specjax.bench.report import summarize, summarize_batch_sizes
+from specjax.bench.timing import timed_generation
 from specjax.drafters.base import learns_across_calls
 from specjax.errors import BenchError
 from specjax.fingerprint import exact_products_of
@@ -169,19 +170,7 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
                             sampling=sampling, eos_ids=eos, batch_size=rows,
                             cache_len=cache_len, drafter=d, policy=pol, verifier=ver)
 
-        # a drafter that learns from outputs (suffix) must draft the timed run from what it
-        # knew before the batch, not from the compiling run's answers
-        snap = d.snapshot() if hasattr(d, "snapshot") else None
-        r = gen()
-        if r.compile_s > 0:
-            # the first execution of a freshly compiled program pays one-time set-up on top
-            # of compilation (on XLA:CPU ~0.5-1.4 s for SmolLM2's loops): time a second run
-            # and book the first run's excess with the compile time
-            if snap is not None:
-                d.restore(snap)
-            r2 = gen()
-            r2.compile_s = r.compile_s + max(0.0, sum(r.wall_s[::rows]) - sum(r2.wall_s[::rows]))
-            r = r2
+        r = timed_generation(gen, d, rows)  # run again from the drafter's state if compiled
         compile_to[m] += r.compile_s
         ex = r.extra or {}
         k = len(ex["drafted_at"][0]) if ex.get("drafted_at") else 0
