@@ -207,20 +207,18 @@ class RecyclingMemory:
     table: np.ndarray | None = None
     batches: int = 0
     per_call: bool = False
-    # the table a batch starts from while nothing is carried yet (the drafter's ``prior``)
-    base: np.ndarray | None = None
 
     @property
     def mode(self) -> str:
         return "call" if self.per_call else ("keep" if self.path is None else "file")
 
-    def start(self) -> np.ndarray:
-        """The table the next batch starts from: the carried one, else ``base`` (the
-        drafter's prior), else junk."""
+    def start(self, prior: np.ndarray | None = None) -> np.ndarray:
+        """The table the next batch starts from: the carried one, else ``prior`` (the
+        drafter's), else junk."""
         if self.table is not None:
             return self.table
-        if self.base is not None:
-            return self.base
+        if prior is not None:
+            return prior
         return np.broadcast_to(np.arange(self.width, dtype=np.int32),
                                (self.vocab_size, self.width))
 
@@ -370,7 +368,7 @@ class TokenRecyclingDrafter:
         """The table every row starts from: the carried one (``memory``), else the prior,
         else None (junk)."""
         if self.memory is not None:
-            return jnp.asarray(self.memory.start())
+            return jnp.asarray(self.memory.start(self.prior))
         return None if self.prior is None else jnp.asarray(self.prior)
 
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
@@ -486,7 +484,7 @@ class TokenRecyclingDrafter:
         """After a batch: the rows' tables merged into the one the next batch starts from."""
         if self.memory is None:
             return
-        start = jnp.asarray(self.memory.start())
+        start = jnp.asarray(self.memory.start(self.prior))
         self.memory.table = np.asarray(jax.device_get(merge_rows(start, draft_state)))
         self.memory.batches += 1
         if self.memory.path is not None:
@@ -503,7 +501,7 @@ class TokenRecyclingDrafter:
         if self.target is None:
             raise DrafterError("token_recycling: relearn needs the target (build the drafter "
                                "with drafters.make or methods.build)")
-        start = m.start()
+        start = m.start(self.prior)
         rows = []
         for prompt, out in zip(prompts, outputs):
             prompt, out = list(prompt), list(out)
@@ -575,8 +573,6 @@ def make_token_recycling(cfg: TokenRecyclingConfig, target_lm) -> TokenRecycling
         raise DrafterError(f"token_recycling: the RecyclingMemory holds a table of width "
                            f"{memory.width} over {memory.vocab_size} tokens; this drafter "
                            f"needs width {cfg.width} over the target's {vocab}")
-    if memory is not None:  # what it starts from while nothing is carried (or after a call)
-        memory.base = prior
     return TokenRecyclingDrafter(max_k=cfg.k if tree is None else tree.depth, width=cfg.width,
                                  vocab_size=model.cfg.vocab_size, tree=tree, prompt=cfg.prompt,
                                  record=cfg.record, memory=memory,
