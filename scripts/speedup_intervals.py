@@ -6,6 +6,7 @@ bar such as issue 23's 0.97x.
 
     python scripts/speedup_intervals.py docs/results/policies_heads_b4_cachelen.journal.jsonl
     python scripts/speedup_intervals.py JOURNAL --bar 0.97 --json out.json
+    python scripts/speedup_intervals.py JOURNAL --base eagle   # each method against eagle
 
 The point figure here is the ratio of total tokens per total second with repeats pooled; the
 bench's own table takes the median over repeats, so the two can differ in the last digit for
@@ -31,6 +32,8 @@ def main(argv=None) -> int:
                     help="mark the categories whose whole interval lies below this speedup")
     ap.add_argument("--json", default=None, help="also write the rows to this JSON file")
     ap.add_argument("--sweep", action="store_true", help="the batch-size sweep's runs instead")
+    ap.add_argument("--base", default="ar", help="the method the others are paired against "
+                    "(default: ar, plain decoding)")
     args = ap.parse_args(argv)
     header, groups = read_journal(args.journal)
     runs = [Run(**rd) for g in groups if bool(g.get("sweep")) == args.sweep for rd in g["runs"]]
@@ -42,12 +45,17 @@ def main(argv=None) -> int:
         by[r.category, r.method].append(r)
         by["ALL", r.method].append(r)
     cats = list(dict.fromkeys(r.category for r in runs)) + ["ALL"]
-    methods = [m for m in dict.fromkeys(r.method for r in runs) if m != "ar"]
+    methods = [m for m in dict.fromkeys(r.method for r in runs) if m != args.base]
+    if len(methods) == len(set(r.method for r in runs)):
+        print(f"{args.journal}: no runs of the base method {args.base!r} (methods: "
+              f"{', '.join(dict.fromkeys(r.method for r in runs))})", file=sys.stderr)
+        return 1
     rows = []
     print(f"{'category':16s} {'method':24s} {'prompts':>7s} {'speedup':>8s} {'95%':>11s} "
-          f"{'decode':>7s} {'95%':>11s}")
+          f"{'decode':>7s} {'95%':>11s}"
+          + ("" if args.base == "ar" else f"  (against {args.base})"))
     for cat in cats:
-        ar = by.get((cat, "ar"), [])
+        ar = by.get((cat, args.base), [])
         for m in methods:
             mr = by.get((cat, m), [])
             if not mr or not ar:
@@ -72,7 +80,7 @@ def main(argv=None) -> int:
                   f"{g(row['decode_ci']):>11s}" + (f"  below {args.bar}" if below else ""))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"journal": args.journal, "model": header.get("model"),
+            json.dump({"journal": args.journal, "model": header.get("model"), "base": args.base,
                        "batch_size": header.get("batch_size"), "rows": rows}, fh, indent=1)
     return 0
 

@@ -104,3 +104,33 @@ def test_summary_rows_and_table_carry_the_interval():
     table = format_table(s)
     assert "speedup 95%" in table.splitlines()[0]
     assert "1.25-1.25" in table
+
+
+def test_intervals_script_pairs_methods_against_a_chosen_base(tmp_path, capsys):
+    import dataclasses
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "speedup_intervals", Path(__file__).parents[1] / "scripts" / "speedup_intervals.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    runs = []
+    for i in range(4):  # "tree" is 1.1x "chain" on every prompt, "chain" 1.5x plain decoding
+        runs += [run("ar", str(i), 15.0 + i), run("chain", str(i), (15.0 + i) / 1.5),
+                 run("tree", str(i), (15.0 + i) / 1.65)]
+    journal = tmp_path / "j.journal.jsonl"
+    journal.write_text(json.dumps({"header": {"model": "m", "batch_size": 1}}) + "\n" + json.dumps(
+        {"sweep": False, "runs": [dataclasses.asdict(r) for r in runs]}) + "\n")
+    out = tmp_path / "rows.json"
+    assert script.main([str(journal), "--base", "chain", "--json", str(out)]) == 0
+    rows = {r["method"]: r for r in json.loads(out.read_text())["rows"]
+            if r["category"] == "ALL"}
+    assert set(rows) == {"ar", "tree"}
+    assert rows["tree"]["speedup"] == pytest.approx(1.1)
+    assert rows["tree"]["speedup_ci"] == pytest.approx([1.1, 1.1])
+    assert rows["ar"]["speedup"] == pytest.approx(1 / 1.5)
+    assert "against chain" in capsys.readouterr().out
+    assert script.main([str(journal), "--base", "nope"]) == 1
+    assert "no runs of the base method 'nope'" in capsys.readouterr().err
