@@ -603,7 +603,17 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
+    for name, title in (("bench_spec_bench_eagle_tree3", "The shipped EAGLE-3 head as the "
+                                                          "chain of k = 3 and as a 3-node "
+                                                          "dynamic tree (the batch-1 greedy "
+                                                          "default since 2026-12-07), "
+                                                          "Spec-Bench (10 questions per "
+                                                          "category, 128 tokens; issue 21)"),
+                        ("bench_eagle_trees_b1", "The shipped EAGLE-3 head: the chain of "
+                                                 "k = 3 against dynamic trees of 3 and 7 "
+                                                 "nodes, Spec-Bench (2 questions per "
+                                                 "category, 128 tokens; issue 21)"),
+                        ("bench_spec_bench_heads_medusa_default_2", "Medusa-1's batch-1 "
                          "default (adaptive, measured step costs, idle_decay 0.995) on "
                          "Spec-Bench again, 130 questions (issue 23's robustness bar)"),
                         ("bench_spec_bench_token_recycling_prior_tree", "Token Recycling "

@@ -93,7 +93,7 @@ def cmd_generate(args) -> int:
     priced = args.cache_len or median_cache_length(map(len, ids), args.max_new_tokens)
     drafter, policy, verifier = methods.build(args.method, lm, method_args,
                                               batch=max(1, min(args.batch_size, len(ids))),
-                                              cache_len=priced)
+                                              cache_len=priced, greedy=sampling.greedy)
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
@@ -268,12 +268,14 @@ def cmd_demo(args) -> int:
 
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
-    from specjax.methods import BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS, registry_table
+    from specjax.methods import (BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS,
+                                 GREEDY_B1_DEFAULTS, registry_table)
 
     table = registry_table()
     if args.json:
         print(json.dumps({**table, "method_defaults": DEFAULTS,
                           "chain_defaults": CHAIN_DEFAULTS,
+                          "greedy_batch1_defaults": GREEDY_B1_DEFAULTS,
                           "batched_chain_defaults": BATCHED_DEFAULTS}, indent=2, default=repr))
         return 0
     print("A method is a drafter (--method NAME) plus a policy and a verifier, chosen with\n"
@@ -285,6 +287,8 @@ def cmd_methods(args) -> int:
         for e in entries:
             print(f"  {e['name']}: {e['doc']}")
             for label, table_ in (("method defaults", DEFAULTS),
+                                  ("greedy at batch 1 without tree, k or policy",
+                                   GREEDY_B1_DEFAULTS),
                                   ("as a chain", CHAIN_DEFAULTS),
                                   ("as a chain above batch 1", BATCHED_DEFAULTS)):
                 defaults = table_.get(e["name"]) if kind == "drafters" else None

@@ -77,8 +77,24 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # (configs/spec_bench_heads_mh_default.py) Hydra++ 1.17x, lowest category 0.98x; Medusa-1
 # 1.10x, summarization 0.96x, where fixed k = 3 ran at 0.89x against adaptive's 0.95x in one
 # A/B (docs/benchmarks_notes.md).
-# EAGLE-3 keeps k = 3 at batch 1: `adaptive` matched it within 2% (1.35x against 1.37x) and
-# its weakest category was 1.06x over 130 questions.
+# EAGLE-3 chains keep k = 3 at batch 1: `adaptive` matched it within 2% (1.35x against 1.37x)
+# and its weakest category was 1.06x over 130 questions.
+#
+# greedy at batch 1, where no `tree`, `k` or `policy` is given, the EAGLE-3 head drafts the
+# EAGLE-2 dynamic tree of 3 nodes (the 3 best of its candidates by cumulative draft
+# log-probability, width 2, depth 3), verified in the same 4-token block as the chain of
+# k = 3 (one such tree: by the head's own probabilities the 3 best nodes are at least as
+# likely to be accepted as the chain's 3): on 26 Spec-Bench prompts
+# (configs/eagle_trees_b1.py, 2026-12-07) 1.58x against the chain's 1.50x, paired 1.053x
+# (95% 1.020-1.090), where a tree of 7 nodes (an 8-token block) ran at 0.94x of the chain;
+# over the 130 questions (configs/spec_bench_eagle_tree3.py) 1.58x, tau 1.99, against the
+# chain's 1.54x, tau 1.91, paired 1.027x (1.016-1.039), level or ahead in every category
+# (docs/benchmarks_notes.md, "The EAGLE-3 head as a 3-node dynamic tree ..."). Not
+# measured when sampling (a dynamic tree is verified with the deterministic-candidate rule)
+# or above batch 1 (`adaptive` prices chains there), so those keep the chain.
+GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
+    "eagle": {"tree": "dynamic:width=2,nodes=3,depth=3"},
+}
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -260,13 +276,15 @@ def _check_ar(args) -> None:
         raise DrafterError(f"method 'ar' (plain decoding) takes no arguments, got {args}")
 
 
-def _split_args(name: str, args: dict | None, batch: int):
+def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     """Method ``name``'s arguments with its defaults, split between the drafter, the policy
     and the verifier: ``(policy name, verifier name, d_args, p_args, v_args)``; an option
     none of them takes is an error naming who does."""
     args = dict(args or {})
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
+    if batch == 1 and greedy and not {"tree", "k", "policy"} & set(args):
+        args = {**GREEDY_B1_DEFAULTS.get(name, {}), **args}
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
                 **(BATCHED_DEFAULTS.get(name, {}) if chain and batch > 1 else {})}
@@ -304,7 +322,8 @@ def _split_args(name: str, args: dict | None, batch: int):
     return pol_name, ver_name, d_args, p_args, v_args
 
 
-def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1):
+def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
+                  greedy: bool = True):
     """Method ``name``'s drafter alone (None for ``ar``), with nothing measured: a drafter
     that weighs verify costs itself gets the built-in curve unless given one. For checks
     that need the drafter before :func:`build` spends minutes measuring costs (does it
@@ -313,7 +332,7 @@ def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: i
     if name == "ar":
         _check_ar(args)
         return None
-    _, _, d_args, _, _ = _split_args(name, args, batch)
+    _, _, d_args, _, _ = _split_args(name, args, batch, greedy)
     return _make_drafter(name, lm, d_args, batch, measure=False)
 
 
@@ -331,7 +350,7 @@ def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool,
 
 
 def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
-          cache_len: int | None = None) -> Method:
+          cache_len: int | None = None, greedy: bool = True) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
@@ -339,7 +358,9 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
     (:mod:`specjax.cost_curves`). Above
     batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
-    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length.
+    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length. ``greedy`` (decoding
+    at temperature 0): at batch 1 the defaults of :data:`GREEDY_B1_DEFAULTS` apply (the
+    EAGLE-3 head's 3-node dynamic tree) where no ``tree``, ``k`` or ``policy`` is given.
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step
     costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long
@@ -348,7 +369,7 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     if name == "ar":
         _check_ar(args)
         return Method(None, None, None)
-    pol_name, ver_name, d_args, p_args, v_args = _split_args(name, args, batch)
+    pol_name, ver_name, d_args, p_args, v_args = _split_args(name, args, batch, greedy)
     drafter = _make_drafter(name, lm, d_args, batch, measure=True, cache_len=cache_len)
     p_opts = POLICIES.option_names(pol_name)
     # the whole step's cost, measured in the decode loop of this machine (model-based drafters)

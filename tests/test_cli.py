@@ -167,6 +167,26 @@ def test_method_builder_defaults_and_errors():
         assert d.skip_attn == d.skip_mlp == (1,)
 
 
+def test_eagle_drafts_a_three_node_tree_by_default_when_greedy_at_batch_1():
+    from specjax.config import tiny_config
+    from specjax.methods import build, build_drafter
+    from specjax.models.loaders import random_model
+
+    m = random_model(tiny_config(num_layers=2))
+    d, p, _ = build("eagle", m, {})
+    assert (d.tree.kind, d.tree.width, d.tree.depth, d.tree.num_nodes) == ("dynamic", 2, 3, 3)
+    assert (d.max_k, p.name) == (3, "fixed")
+    # what the measurements did not cover keeps the chain of k = 3: sampling, a batch, and a
+    # run that asks for a length or a policy
+    for args, kw in (({}, {"greedy": False}), ({}, {"batch": 4}),
+                     ({"policy": "fixed"}, {}), ({"k": "3"}, {})):
+        d = build_drafter("eagle", m, args, **kw)
+        assert (d.tree, d.max_k) == (None, 3), (args, kw)
+    assert build_drafter("eagle", m, {"k": "2"}).max_k == 2
+    d = build_drafter("eagle", m, {"tree": "dynamic:width=3,nodes=7"})  # depth k = 4
+    assert (d.tree.width, d.tree.num_nodes, d.tree.depth) == (3, 7, 4)
+
+
 def test_adaptive_cost_from_verify_curve_json(tmp_path):
     from specjax.config import tiny_config
     from specjax.drafters.base import DrafterError
