@@ -8,7 +8,8 @@ measured costs say that no draft can pay even fully accepted decodes plainly
 default (fixed k = 3, pinned) and plain decoding of the same batch size at batch 4 and 16:
 one question per Spec-Bench category (13 prompts), 64 new tokens, greedy, float32, one static
 cache of 896 positions, as configs/policies_overhead.py. At batch 1 both are fixed k = 3 (the
-primary per-category rows). Journaled: `specjax bench --config
+primary per-category rows; `k` is given so that they stay the chain, not the 3-node tree the
+head drafts greedy at batch 1 by default since 2026-12-07). Journaled: `specjax bench --config
 configs/policies_default_batched.py --time-limit MINUTES`, rerun the same command to
 continue.
 
@@ -22,7 +23,7 @@ from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
-    args = {"eagle": {}, "eagle@k3": {"k": 3, "policy": "fixed"}}
+    args = {"eagle": {"k": 3}, "eagle@k3": {"k": 3, "policy": "fixed"}}
     return dataclasses.replace(  # the prompts and budgets of configs/policies_draft_cost.py
         load_config(Path(__file__).with_name("policies_draft_cost.py")),
         methods=("ar", *args),

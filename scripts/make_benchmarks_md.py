@@ -609,6 +609,11 @@ def main():
                                                           "default since 2026-12-07), "
                                                           "Spec-Bench (10 questions per "
                                                           "category, 128 tokens; issue 21)"),
+                        ("bench_heads_trees_b1", "The shipped Medusa-1 and Hydra++ heads: "
+                                                 "their batch-1 default against 3-node "
+                                                 "trees at a fixed length, Spec-Bench (2 "
+                                                 "questions per category, 128 tokens; a "
+                                                 "scouting run)"),
                         ("bench_eagle_trees_b1", "The shipped EAGLE-3 head: the chain of "
                                                  "k = 3 against dynamic trees of 3 and 7 "
                                                  "nodes, Spec-Bench (2 questions per "

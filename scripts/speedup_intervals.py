@@ -1,8 +1,8 @@
-"""The speedup of every method over plain decoding in a `specjax bench` journal, per category,
-with its 95% interval over the prompts (a paired bootstrap: specjax.bench.intervals), in
-total and decode time. For runs journaled before the bench printed the intervals itself, and
-to ask of any run whether a category's figure is told apart from plain decoding, or from a
-bar such as issue 23's 0.97x.
+"""The speedup of every method over plain decoding (or `--base METHOD`) in a `specjax bench`
+journal, per category, with its 95% interval over the prompts (a paired bootstrap:
+specjax.bench.intervals), in total and decode time. For runs journaled before the bench
+printed the intervals itself, and to ask of any run whether a category's figure is told apart
+from plain decoding (or from another method), or from a bar such as issue 23's 0.97x.
 
     python scripts/speedup_intervals.py docs/results/policies_heads_b4_cachelen.journal.jsonl
     python scripts/speedup_intervals.py JOURNAL --bar 0.97 --json out.json

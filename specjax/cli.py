@@ -259,6 +259,9 @@ def cmd_demo(args) -> int:
     for n, _ in runs:
         tk, sec, fw, same = tot[n]
         desc = "" if n == "ar" else getattr(built[n].drafter, "description", "")
+        tree = None if n == "ar" else getattr(built[n].drafter, "tree", None)
+        if tree is not None:  # e.g. the EAGLE head's default tree at batch 1
+            desc = f"{desc}, tree {tree.describe()}" if desc else f"tree {tree.describe()}"
         print(f"  {n:<16}{tk / sec:>10.1f}{tk / sec / ar_tps:>8.2f}x{tk / max(fw, 1):>13.2f}  "
               + ("plain decoding" if n == "ar" else
                  ("identical to ar" if same else "NOT identical") + (f"; {desc}" if desc

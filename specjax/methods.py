@@ -95,6 +95,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"tree": "dynamic:width=2,nodes=3,depth=3"},
 }
+# options whose presence keeps the chain (what was measured is the default tree under the
+# fixed policy and the exact verifier; the legacy tree keys ask for a tree of their own)
+GREEDY_B1_OFF = ("tree", "k", "policy", "verifier", "tree_width", "tree_nodes", "sibling")
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -283,7 +286,7 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     args = dict(args or {})
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
-    if batch == 1 and greedy and not {"tree", "k", "policy"} & set(args):
+    if batch == 1 and greedy and not set(GREEDY_B1_OFF) & set(args):
         args = {**GREEDY_B1_DEFAULTS.get(name, {}), **args}
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
@@ -320,6 +323,14 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
             raise DrafterError(f"method {name!r} does not take {key!r}; it accepts: "
                                f"{', '.join(accepted)}")
     return pol_name, ver_name, d_args, p_args, v_args
+
+
+def resolved(name: str, args: dict[str, Any] | None = None, *, batch: int = 1,
+             greedy: bool = True) -> tuple[str, dict[str, Any]]:
+    """``(policy name, drafter options)`` of method ``name`` (its variant label after ``@``
+    ignored) with its defaults at ``batch``, as :func:`build` would use them, nothing built."""
+    pol_name, _, d_args, _, _ = _split_args(base_method(name), args, batch, greedy)
+    return pol_name, d_args
 
 
 def build_drafter(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,

@@ -54,7 +54,7 @@ def main(quick: bool):
     prompts = [[(7 * i + j) % 64 for j in range(3 + 4 * i)] for i in range(8)]
     prompts[1] = [5, 6, 7, 8] * 5
     out = {"mismatch": []}
-    runs = (("ar", {}), ("prompt_lookup", {}), ("eagle", {"head": "random"}),
+    runs = (("ar", {}), ("prompt_lookup", {}), ("eagle", {"head": "random", "k": "3"}),
             # its tree drafted every step (its default, adaptive, may decode plainly)
             ("token_recycling", {"policy": "fixed"}), ("stand", {"buckets": "1024"}),
             ("del", {"prior": "0.9", "prior_weight": "50"}),

@@ -109,3 +109,27 @@ def test_bench_writes_a_table_the_policy_reads(tmp_path, tiny_gguf):
     m = methods.build("prompt_lookup", load(tiny_gguf), {"k": "4", "policy": "batch_table",
                                                          "table": str(table)})
     assert m.policy.k_for(2) == t["entries"]["2"]["k"]
+
+
+def test_batch_table_profiles_only_fixed_chains():
+    """A batch table is profiled for drafters at a fixed maximum k: a cost-aware default
+    policy, or a tree the method drafts by default (eagle, greedy at batch 1), is refused
+    with the option that fixes it; a chain asked for by its length, or a tree asked for, is
+    profiled."""
+    from specjax.bench.main import _table_methods
+    from specjax.bench.config import BenchConfig
+    from specjax.errors import BenchError
+
+    def names(args):
+        return _table_methods(BenchConfig(methods=("ar", "eagle"), method_args=args),
+                              ["ar", "eagle"])
+
+    with pytest.raises(BenchError, match=r"profiles chains: run eagle with --method-arg "
+                                         r"eagle\.k=K .*tree dynamic:width=2"):
+        names({})
+    assert names({"eagle": {"k": "3"}}) == ["eagle"]
+    assert names({"eagle": {"tree": "levels:2.1"}}) == ["eagle"]
+    with pytest.raises(BenchError, match="eagle.policy=fixed.*policy=adaptive"):
+        names({"eagle": {"k": "3", "policy": "adaptive"}})
+    cfg = BenchConfig(methods=("ar", "eagle"), temperature=0.7)  # sampling: the chain
+    assert _table_methods(cfg, ["ar", "eagle"]) == ["eagle"]

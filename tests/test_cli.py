@@ -179,12 +179,17 @@ def test_eagle_drafts_a_three_node_tree_by_default_when_greedy_at_batch_1():
     # what the measurements did not cover keeps the chain of k = 3: sampling, a batch, and a
     # run that asks for a length or a policy
     for args, kw in (({}, {"greedy": False}), ({}, {"batch": 4}),
-                     ({"policy": "fixed"}, {}), ({"k": "3"}, {})):
+                     ({"policy": "fixed"}, {}), ({"k": "3"}, {}), ({"verifier": "exact"}, {})):
         d = build_drafter("eagle", m, args, **kw)
         assert (d.tree, d.max_k) == (None, 3), (args, kw)
     assert build_drafter("eagle", m, {"k": "2"}).max_k == 2
     d = build_drafter("eagle", m, {"tree": "dynamic:width=3,nodes=7"})  # depth k = 4
     assert (d.tree.width, d.tree.num_nodes, d.tree.depth) == (3, 7, 4)
+    # the spellings of a tree before it became one option keep what they gave before the
+    # default: alone, the chain (they only modify a tree given); with tree=, their tree
+    assert build_drafter("eagle", m, {"tree_width": "3", "tree_nodes": "5"}).tree is None
+    d = build_drafter("eagle", m, {"tree": "dynamic", "tree_width": "3", "tree_nodes": "5"})
+    assert (d.tree.width, d.tree.num_nodes) == (3, 5)
 
 
 def test_adaptive_cost_from_verify_curve_json(tmp_path):

@@ -556,7 +556,8 @@ def test_generate_decodes_plainly_when_no_draft_can_pay(lm):
 
 def test_model_based_chains_default_policies(lm, monkeypatch):
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.9, 3: 2.4}))
-    # the EAGLE head keeps fixed k = 3 at batch 1 and is adaptive above
+    # the EAGLE head keeps a fixed length at batch 1 (greedy: its 3-node tree; a chain of
+    # k = 3 otherwise) and is adaptive above
     assert methods.build("eagle", lm, {"head": "random"}).policy.name == "fixed"
     m = methods.build("eagle", lm, {"head": "random"}, batch=4)
     assert m.policy.name == "adaptive" and m.policy.idle_decay is None

@@ -96,6 +96,7 @@ def test_demo_compares_several_methods(tiny_gguf, capsys):
     for name in ("ar", "prompt_lookup", "eagle"):
         assert f"\n  {name} " in summary
     assert "NOT identical" not in summary and "untrained eagle3 head" in summary
+    assert "tree " not in summary  # k given: the chain (a tree is named in the summary)
     assert main(["demo", "--model", str(tiny_gguf), "--methods", "eagle",
                  "--method-arg", "medusa.k=2"]) == 2
     assert "does not run" in capsys.readouterr().err

@@ -2,6 +2,8 @@
 (chains and trees, batch 1, 3 and 8, mixed lengths, rows ending mid-step), lossless sampling,
 and bad options."""
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -508,6 +510,15 @@ def test_prior_table(target, prompts, plain, tmp_path):
     d.memory.table = np.zeros_like(table)  # a carried table, forgotten at the next call
     d.begin_call()
     assert (np.asarray(d.params()) == table).all()
+    # one memory shared by a drafter with the prior and one without: while nothing is
+    # carried each starts from its own (the prior, junk); a carried table is the start of both
+    shared = d.memory
+    junk = dataclasses.replace(d, prior=None, prior_name=None)
+    assert junk.memory is shared and (np.asarray(d.params()) == table).all()
+    assert (np.asarray(junk.params()) == np.arange(8)).all()
+    shared.table = np.ones_like(table)
+    assert (np.asarray(d.params()) == 1).all() and (np.asarray(junk.params()) == 1).all()
+    shared.table = None
     assert (drafters.make("token_recycling", target, prior=str(path), width=4,
                           tree="levels:2.1").prior == table[:, :4]).all()
     wide = drafters.make("token_recycling", target, prior=str(path), width=12).prior

@@ -232,17 +232,20 @@ def policy_axis(methods: list[str], margs: dict[str, dict[str, str]], policies: 
 def _table_methods(config: BenchConfig, methods: list[str]) -> list[str]:
     """The drafting methods a ``--batch-table`` is profiled for (each must run the fixed
     policy: the acceptance by position of a policy that varies k is not the drafter's)."""
-    from specjax.methods import DEFAULTS, base_method
+    from specjax.methods import base_method, resolved
 
     out = []
     for m in methods:
         if base_method(m) == "ar":
             continue
-        pol = {**DEFAULTS.get(base_method(m), {}), **config.method_args.get(m, {})}.get(
-            "policy", "fixed")
+        given = config.method_args.get(m, {})
+        pol, d_args = resolved(m, given, greedy=config.temperature == 0.0)
         if pol != "fixed":
             raise BenchError(f"--batch-table profiles a drafter at its maximum k: run {m} with "
                              f"--method-arg {m}.policy=fixed (it has policy={pol})")
+        if "tree" in d_args and "tree" not in given:  # a default tree (eagle, greedy, batch 1)
+            raise BenchError(f"--batch-table profiles chains: run {m} with --method-arg "
+                             f"{m}.k=K (its default at batch 1 is the tree {d_args['tree']})")
         out.append(m)
     if not out:
         raise BenchError("--batch-table needs a drafting method in --methods")
