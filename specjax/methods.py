@@ -96,8 +96,9 @@ GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"tree": "dynamic:width=2,nodes=3,depth=3"},
 }
 # options whose presence keeps the chain (what was measured is the default tree under the
-# fixed policy and the exact verifier; the legacy tree keys ask for a tree of their own)
-GREEDY_B1_OFF = ("tree", "k", "policy", "verifier", "tree_width", "tree_nodes", "sibling")
+# fixed policy and the exact verifier; the legacy tree keys, LEGACY_TREE_KEYS, count too:
+# they ask for a tree of their own)
+GREEDY_B1_OFF = ("tree", "k", "policy", "verifier")
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
 CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -286,7 +287,7 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     args = dict(args or {})
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
-    if batch == 1 and greedy and not set(GREEDY_B1_OFF) & set(args):
+    if batch == 1 and greedy and not {*GREEDY_B1_OFF, *LEGACY_TREE_KEYS} & set(args):
         args = {**GREEDY_B1_DEFAULTS.get(name, {}), **args}
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
