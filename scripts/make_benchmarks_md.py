@@ -603,7 +603,13 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_spec_bench_eagle_tree3", "The shipped EAGLE-3 head as the "
+    for name, title in (("bench_spec_bench_medusa_tree3", "The shipped Medusa-1 heads: "
+                                                           "their batch-1 default (adaptive "
+                                                           "chains) against a static 3-node "
+                                                           "tree under adaptive, Spec-Bench "
+                                                           "(10 questions per category, 128 "
+                                                           "tokens; issues 21 and 23)"),
+                        ("bench_spec_bench_eagle_tree3", "The shipped EAGLE-3 head as the "
                                                           "chain of k = 3 and as a 3-node "
                                                           "dynamic tree (the batch-1 greedy "
                                                           "default since 2026-12-07), "
