@@ -5,7 +5,8 @@ head's batch-1 greedy default since 2026-12-07; Medusa-1, whose heads draft stat
 two best first tokens and the best second after the first). Two questions per Spec-Bench
 category (26 prompts), 128 new tokens, greedy, float32, against plain decoding in the same run.
 Journaled: `specjax bench --config configs/heads_trees_b1.py --time-limit MINUTES`, rerun to
-continue."""
+continue. Since 2026-12-07 Medusa-1's greedy batch-1 default is the 3-node tree under
+`adaptive`: a fresh rerun needs `--method-arg medusa.k=3` for the chain recorded here."""
 
 import dataclasses
 from pathlib import Path

@@ -92,12 +92,23 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 # (docs/benchmarks_notes.md, "The EAGLE-3 head as a 3-node dynamic tree ..."). Not
 # measured when sampling (a dynamic tree is verified with the deterministic-candidate rule)
 # or above batch 1 (`adaptive` prices chains there), so those keep the chain.
+#
+# the Medusa-1 heads likewise draft a static tree of 3 nodes in the 4-token block (the two
+# best first tokens and the best second after the first), under `adaptive` as their chains:
+# each depth priced by the step timed in the decode loop, so a row backs off where no depth
+# pays. Over the 130 questions (configs/spec_bench_medusa_tree3.py, 2026-12-07) 1.16x, tau
+# 1.38, against the chain default's 1.12x, tau 1.29, paired 1.037x (95% 1.022-1.053), level
+# or ahead in every category, none below 0.99x (docs/benchmarks_notes.md, "Medusa-1 as a
+# 3-node static tree ..."); the same tree at a fixed length lost where drafting does not pay
+# (summarization 0.96x on 26 prompts, configs/heads_trees_b1.py).
 GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
     "eagle": {"tree": "dynamic:width=2,nodes=3,depth=3"},
+    "medusa": {"tree": "fixed:0,1,0.0", "policy": "adaptive",
+               "idle_decay": UNTRAINED_IDLE_DECAY},
 }
-# options whose presence keeps the chain (what was measured is the default tree under the
-# fixed policy and the exact verifier; the legacy tree keys, LEGACY_TREE_KEYS, count too:
-# they ask for a tree of their own)
+# options whose presence keeps the chain (what was measured is each default tree under its
+# own policy and the exact verifier; the legacy tree keys, LEGACY_TREE_KEYS, count too: they
+# ask for a tree of their own)
 GREEDY_B1_OFF = ("tree", "k", "policy", "verifier")
 UNTRAINED = ("draft_model", "early_exit", "layer_skip")
 IDLE_ADAPTIVE = UNTRAINED + ("hydra", "medusa")
@@ -120,13 +131,13 @@ BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
 
 
 def static_tree(drafter):
-    """The static tree a model-free drafter drafts (token recycling's), or None: a chain, a
-    tree whose shape the drafter chooses each step, or a model-based drafter (its steps are
-    timed whole in the decode loop, :mod:`specjax.draft_costs`)."""
+    """The static tree a drafter drafts (token recycling's, a Medusa topology), or None: a
+    chain, or a tree whose shape the drafter chooses each step. A cost-aware policy prices
+    its depths by the nodes each verifies (:func:`tree_step_cost`) unless the drafter's
+    steps were timed whole in the decode loop (a model-based drafter where measuring is on,
+    :mod:`specjax.draft_costs`)."""
     tree = getattr(drafter, "tree", None)
-    if tree is None or not getattr(drafter, "model_free", False):
-        return None
-    return tree if getattr(tree, "kind", None) == "fixed" else None
+    return tree if tree is not None and getattr(tree, "kind", None) == "fixed" else None
 
 
 class Method(NamedTuple):
@@ -372,7 +383,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
     (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length. ``greedy`` (decoding
     at temperature 0): at batch 1 the defaults of :data:`GREEDY_B1_DEFAULTS` apply (the
-    EAGLE-3 head's 3-node dynamic tree) where no ``tree``, ``k`` or ``policy`` is given.
+    EAGLE-3 head's 3-node dynamic tree, the Medusa-1 heads' 3-node static tree under
+    ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given.
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step
     costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long

@@ -329,9 +329,9 @@ IDENTITY = [(d, p) for p in PRECISIONS for d in (
     "token_recycling", "stand", "del")]
 QUICK = [("prompt_lookup", "bfloat16")]
 DRAFTER_ARGS = {"early_exit": {"exit_layer": "1"}, "draft_model": {"tree": "topk:width=2"},
-                # the chain (greedy at batch 1 its default is a 3-node tree; trees are
+                # the chains (greedy at batch 1 their default is a 3-node tree; trees are
                 # checked through the draft model's)
-                "eagle": {"k": "3"},
+                "eagle": {"k": "3"}, "medusa": {"k": "3"},
                 # the tree verified every step (the default, adaptive, may decode plainly)
                 "token_recycling": {"policy": "fixed"}}
 

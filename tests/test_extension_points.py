@@ -383,12 +383,16 @@ def test_cli_methods_command(capsys):
     assert "    as a chain above batch 1: policy=adaptive" in out
     assert ("    greedy at batch 1 without tree, k or policy: "
             "tree=dynamic:width=2,nodes=3,depth=3") in out
+    assert ("    greedy at batch 1 without tree, k or policy: "
+            "tree=fixed:0,1,0.0, policy=adaptive, idle_decay=0.995") in out
     assert main(["methods", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert js["method_defaults"]["prompt_lookup"]["policy"] == "adaptive"
     assert js["chain_defaults"]["draft_model"] == {"policy": "adaptive", "idle_decay": 0.995}
     assert js["batched_chain_defaults"]["eagle"] == {"policy": "adaptive"}
     assert js["greedy_batch1_defaults"]["eagle"] == {"tree": "dynamic:width=2,nodes=3,depth=3"}
+    assert js["greedy_batch1_defaults"]["medusa"] == {"tree": "fixed:0,1,0.0",
+                                                      "policy": "adaptive", "idle_decay": 0.995}
 
 
 # ----------------------------------------------------------------------------- one decode path

@@ -46,3 +46,28 @@ def test_medusa_bad_options(target):
         drafters.make("medusa", target, tree="dynamic")
     with pytest.raises(CheckpointError, match="config.json: not found"):
         drafters.make("medusa", target, head="no/such/dir")
+
+
+def test_medusa_default_at_batch_1_is_a_three_node_tree_under_adaptive(target):
+    from specjax.methods import build, build_drafter
+    from specjax.policies.adaptive import tree_step_cost
+
+    d, p, _ = build("medusa", target, {})
+    assert (d.tree.num_nodes, d.tree.depth, d.max_k) == (3, 2, 2)
+    assert d.tree.describe() == build_drafter("medusa", target,
+                                              {"tree": "fixed:0,1,0.0"}).tree.describe()
+    # each depth priced by the nodes its block verifies (the suite's built-in curve)
+    assert (p.name, p.idle_decay) == ("adaptive", 0.995)
+    assert p.step_cost == tree_step_cost(p.cost, d.tree, p.draft_cost, p.draft_overhead)
+    ps = mixed_prompts(3, seed=23)
+    ref = [generate(target, [q], max_new_tokens=9).tokens[0] for q in ps]
+    r = generate(target, ps, max_new_tokens=9, drafter=d, policy=p, batch_size=3)
+    assert r.tokens == ref and sum(r.extra["drafted"]) > 0
+    # what was not measured keeps the adaptive chain of up to 3: sampling, a batch, and a run
+    # that asks for a length, a policy or a verifier
+    for args, kw in (({}, {"greedy": False}), ({}, {"batch": 4}), ({"k": "3"}, {}),
+                     ({"policy": "fixed"}, {}), ({"verifier": "exact"}, {})):
+        d = build_drafter("medusa", target, args, **kw)
+        assert (d.tree, d.max_k) == (None, 3), (args, kw)
+    _, p, _ = build("medusa", target, {}, greedy=False)  # the chain default: adaptive
+    assert (p.name, p.idle_decay) == ("adaptive", 0.995)
