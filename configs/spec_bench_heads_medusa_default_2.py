@@ -6,7 +6,9 @@ costs the ten summarization questions alone gave 0.988-0.995x. The same question
 settings (10 per category, 128 new tokens, greedy, float32, one run each), Medusa-1 and plain
 decoding only, interleaved. Journaled: `specjax bench --config
 configs/spec_bench_heads_medusa_default_2.py --time-limit MINUTES`, rerun the same command to
-continue."""
+continue.
+Since 2026-12-07 a bare `medusa` builds a 3-node tree greedy at batch 1: rerun with
+`--method-arg medusa.k=3` for the chain recorded here (configs/README.md)."""
 
 import dataclasses
 from pathlib import Path

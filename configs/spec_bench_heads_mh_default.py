@@ -5,7 +5,9 @@ configs/spec_bench_heads_mh.py (which measured the earlier default, fixed k = 3)
 questions per category (130), 128 new tokens, greedy, batch 1, float32, against plain decoding,
 interleaved. On a fresh machine each head's first use measures its step costs (a few minutes,
 cached). Journaled: `specjax bench --config configs/spec_bench_heads_mh_default.py --time-limit
-MINUTES`, rerun the same command to continue."""
+MINUTES`, rerun the same command to continue.
+Since 2026-12-07 a bare `medusa` builds a 3-node tree greedy at batch 1: rerun with
+`--method-arg medusa.k=3` for the chain recorded here (configs/README.md)."""
 
 import dataclasses
 from pathlib import Path

@@ -4,8 +4,8 @@ under their batch-1 default (`adaptive` chains of up to 3 tokens, `idle_decay` 0
 a static 3-node tree in the same 4-token verify block (the two best first tokens and the best
 second after the first, `fixed:0,1,0.0`) under the same policy: `adaptive` cuts the tree at
 the depth that pays, each depth priced by the step timed in the decode loop, and stops
-drafting where no depth does. The tree at a fixed depth led the default by 7% on 26 prompts
-(configs/heads_trees_b1.py). Journaled: rerun the same command to continue
+drafting where no depth does. The tree at a fixed depth led the default by 6% (1.060x) on
+26 prompts (configs/heads_trees_b1.py). Journaled: rerun the same command to continue
 (`--time-limit MINUTES`). Since this run the tree is `medusa`'s greedy batch-1 default, so a
 fresh rerun builds `medusa` as the tree too: add `--method-arg medusa.k=3` for the chain as
 recorded here (the config stays the record of its command: tests/test_bench.py)."""

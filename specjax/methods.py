@@ -134,8 +134,9 @@ def static_tree(drafter):
     """The static tree a drafter drafts (token recycling's, a Medusa topology), or None: a
     chain, or a tree whose shape the drafter chooses each step. A cost-aware policy prices
     its depths by the nodes each verifies (:func:`tree_step_cost`) unless the drafter's
-    steps were timed whole in the decode loop (a model-based drafter where measuring is on,
-    :mod:`specjax.draft_costs`)."""
+    steps were timed whole in the decode loop (a model-based drafter, unless measuring is
+    off or the caller gives the cost model: numbers for ``cost``, ``draft_cost`` or
+    ``draft_overhead``; :mod:`specjax.draft_costs`)."""
     tree = getattr(drafter, "tree", None)
     return tree if tree is not None and getattr(tree, "kind", None) == "fixed" else None
 
@@ -415,7 +416,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     if tree is not None and not priced and "step_cost" in p_opts and not policy.step_cost:
         # a policy's k cuts the tree at depth k: price each depth by the nodes it verifies
         policy = dataclasses.replace(policy, step_cost=tree_step_cost(
-            policy.cost, tree, policy.draft_cost, policy.draft_overhead))
+            policy.cost, tree, policy.draft_cost, policy.draft_overhead,
+            per_node=bool(getattr(drafter, "model_free", False))))
     if hasattr(policy, "check_target"):  # e.g. a profiled table: for this model and device?
         policy.check_target(lm)
     if hasattr(policy, "check_drafter"):  # e.g. an acceptance head: for this drafter?

@@ -48,17 +48,22 @@ def test_medusa_bad_options(target):
         drafters.make("medusa", target, head="no/such/dir")
 
 
-def test_medusa_default_at_batch_1_is_a_three_node_tree_under_adaptive(target):
+def test_medusa_default_at_batch_1_is_a_three_node_tree_under_adaptive(target, monkeypatch):
     from specjax.methods import build, build_drafter
     from specjax.policies.adaptive import tree_step_cost
 
+    monkeypatch.setenv("SPECJAX_COST_CURVE", "builtin")  # nothing timed: priced by the curve
     d, p, _ = build("medusa", target, {})
-    assert (d.tree.num_nodes, d.tree.depth, d.max_k) == (3, 2, 2)
-    assert d.tree.describe() == build_drafter("medusa", target,
-                                              {"tree": "fixed:0,1,0.0"}).tree.describe()
-    # each depth priced by the nodes its block verifies (the suite's built-in curve)
+    # the two best first tokens, and the best second token after the first
+    assert (d.tree.kind, d.tree.parents, d.tree.depth, d.max_k) == ("fixed", (-1, -1, 0), 2, 2)
+    # each depth priced by the nodes its block verifies: both depths verify the 4-token block
     assert (p.name, p.idle_decay) == ("adaptive", 0.995)
-    assert p.step_cost == tree_step_cost(p.cost, d.tree, p.draft_cost, p.draft_overhead)
+    assert p.step_cost == tree_step_cost(p.cost, d.tree, p.draft_cost, p.draft_overhead,
+                                         per_node=False)
+    assert p.step_cost[1] == p.step_cost[2] > 1.0
+    # a cost per drafted token given by the caller counts once per depth (one head pass)
+    _, p2, _ = build("medusa", target, {"draft_cost": "0.05"})
+    assert p2.step_cost == pytest.approx((1.0, p.step_cost[1] + 0.05, p.step_cost[2] + 0.1))
     ps = mixed_prompts(3, seed=23)
     ref = [generate(target, [q], max_new_tokens=9).tokens[0] for q in ps]
     r = generate(target, ps, max_new_tokens=9, drafter=d, policy=p, batch_size=3)

@@ -186,6 +186,9 @@ def test_tree_step_cost_prices_each_depth_by_its_nodes():
     # a drafting overhead and a cost per node are added to the steps that draft
     assert tree_step_cost(curve, parse_tree("levels:4.3.2.1", k=4), 0.01, 0.1) == \
         pytest.approx((1.0, 1.84, 1.87, 2.19, 2.2))
+    # a model-based drafter runs one draft step per level: its draft cost counts per depth
+    assert tree_step_cost(curve, parse_tree("levels:4.3.2.1", k=4), 0.01, 0.1,
+                          per_node=False) == pytest.approx((1.0, 1.81, 1.82, 2.13, 2.14))
     # the default tree levels:3.2.2.1 (3, 5, 7, 8 nodes): its first level fits a block of 4
     assert tree_step_cost(curve, parse_tree("levels:3.2.2.1", k=4)) == \
         pytest.approx((1.0, 1.3, 1.7, 1.7, 1.8))

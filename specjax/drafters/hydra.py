@@ -240,7 +240,8 @@ def make_hydra(cfg: HydraConfig, target_lm) -> HydraDrafter:
             head, target, getattr(target_lm, "tokenizer", None))
         if depth > hcfg.num_heads:
             raise DrafterError(f"{head}: {hcfg.num_heads} trained heads cannot draft "
-                               f"depth {depth} (k or the tree's depth)")
+                               f"depth {depth} (k or the tree's depth): give "
+                               f"k={hcfg.num_heads} or a tree no deeper")
     else:
         V = target.cfg.vocab_size
         ids = jnp.arange(cfg.draft_vocab or V, dtype=jnp.int32)

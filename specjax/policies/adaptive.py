@@ -147,12 +147,15 @@ def bucketed_cost(cost: tuple[float, ...], max_k: int) -> jnp.ndarray:
 
 
 def tree_step_cost(cost: tuple[float, ...], tree, draft_cost: float = 0.0,
-                   draft_overhead: float = 0.0) -> tuple[float, ...]:
+                   draft_overhead: float = 0.0, *, per_node: bool = True
+                   ) -> tuple[float, ...]:
     """What a step that drafts a static tree's first ``d = 0..depth`` levels costs relative to
     a plain step: the verify curve ``cost`` at the block the engine runs for the nodes of
     those levels (breadth first, so the first ``nodes(d)`` of the tree; bucketed among the
     tree's blocks, :func:`specjax.buckets.verify_block`), plus ``draft_overhead + nodes(d) *
-    draft_cost`` when ``d >= 1``. A policy's ``k`` cuts a tree at depth ``k``, so this is its
+    draft_cost`` when ``d >= 1`` (``per_node``: a lookup drafter's work per node), or ``d *
+    draft_cost`` with ``per_node=False`` (a model-based drafter runs one draft step per level,
+    whatever its width). A policy's ``k`` cuts a tree at depth ``k``, so this is its
     ``step_cost`` for a tree drafter: a chain's curve would price a ten-node tree's first
     level (four nodes) as a two-token block."""
     from specjax.tree import static_topology
@@ -163,7 +166,8 @@ def tree_step_cost(cost: tuple[float, ...], tree, draft_cost: float = 0.0,
     out = [1.0]
     for d in range(1, tree.depth + 1):
         nodes = sum(1 for x in depth if x <= d)
-        out.append(float(by_nodes[nodes]) / base + draft_overhead + nodes * draft_cost)
+        out.append(float(by_nodes[nodes]) / base + draft_overhead
+                   + (nodes if per_node else d) * draft_cost)
     return tuple(out)
 
 
