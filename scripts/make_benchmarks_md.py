@@ -603,7 +603,14 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_hydra_trees_adaptive_b1", "The shipped Hydra++ heads: their "
+    for name, title in (("bench_medusa_tree3_sampling_b1", "The shipped Medusa-1 heads when "
+                                                           "sampling (temperature 0.7): the "
+                                                           "chain default against the 3-node "
+                                                           "static tree under adaptive, "
+                                                           "Spec-Bench (2 questions per "
+                                                           "category, 128 tokens; a scouting "
+                                                           "run)"),
+                        ("bench_hydra_trees_adaptive_b1", "The shipped Hydra++ heads: their "
                                                           "batch-1 default (adaptive chains) "
                                                           "against 3-node trees under "
                                                           "adaptive, Spec-Bench (2 questions "
