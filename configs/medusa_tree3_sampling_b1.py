@@ -13,13 +13,9 @@ from specjax.experiment import BenchConfig, load_config
 
 
 def get_config() -> BenchConfig:
-    args = {"medusa": {},
-            "medusa@tree3": {"tree": "fixed:0,1,0.0", "policy": "adaptive",
-                             "idle_decay": 0.995}}
+    # the methods of the greedy 130-question run, sampled on 2 questions per category
     return dataclasses.replace(
-        load_config(Path(__file__).with_name("spec_bench_heads.py")),
-        methods=("ar", *args),
-        method_args=args,
+        load_config(Path(__file__).with_name("spec_bench_medusa_tree3.py")),
         limit=2,
         temperature=0.7,
         journal="docs/results/medusa_tree3_sampling_b1.journal.jsonl",
