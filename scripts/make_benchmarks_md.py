@@ -603,7 +603,21 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_medusa_tree3_sampling_b1", "The shipped Medusa-1 heads when "
+    for name, title in (("bench_medusa_tree3_b4", "The shipped Medusa-1 heads at batch 4: "
+                                                  "the chain default against the 3-node "
+                                                  "static tree under adaptive, Spec-Bench "
+                                                  "(4 questions per category as batches of "
+                                                  "4, 64 tokens, 2 repeats)"),
+                        ("bench_spec_bench_medusa_tree3_sampling", "The shipped Medusa-1 heads "
+                                                                   "when sampling (temperature "
+                                                                   "0.7): the chain default "
+                                                                   "against the 3-node static "
+                                                                   "tree under adaptive (the "
+                                                                   "default since), Spec-Bench "
+                                                                   "(10 questions per category, "
+                                                                   "128 tokens; issues 21 and "
+                                                                   "23)"),
+                        ("bench_medusa_tree3_sampling_b1", "The shipped Medusa-1 heads when "
                                                            "sampling (temperature 0.7): the "
                                                            "chain default against the 3-node "
                                                            "static tree under adaptive, "

@@ -272,13 +272,14 @@ def cmd_demo(args) -> int:
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
     from specjax.methods import (BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS,
-                                 GREEDY_B1_DEFAULTS, registry_table)
+                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS, registry_table)
 
     table = registry_table()
     if args.json:
         print(json.dumps({**table, "method_defaults": DEFAULTS,
                           "chain_defaults": CHAIN_DEFAULTS,
                           "greedy_batch1_defaults": GREEDY_B1_DEFAULTS,
+                          "sampled_batch1_defaults": SAMPLED_B1_DEFAULTS,
                           "batched_chain_defaults": BATCHED_DEFAULTS}, indent=2, default=repr))
         return 0
     print("A method is a drafter (--method NAME) plus a policy and a verifier, chosen with\n"
@@ -292,6 +293,8 @@ def cmd_methods(args) -> int:
             for label, table_ in (("method defaults", DEFAULTS),
                                   ("greedy at batch 1 without tree, k or policy",
                                    GREEDY_B1_DEFAULTS),
+                                  ("sampling at batch 1 without tree, k or policy",
+                                   SAMPLED_B1_DEFAULTS),
                                   ("as a chain", CHAIN_DEFAULTS),
                                   ("as a chain above batch 1", BATCHED_DEFAULTS)):
                 defaults = table_.get(e["name"]) if kind == "drafters" else None

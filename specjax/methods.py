@@ -106,6 +106,14 @@ GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
     "medusa": {"tree": "fixed:0,1,0.0", "policy": "adaptive",
                "idle_decay": UNTRAINED_IDLE_DECAY},
 }
+# when sampling at batch 1 (the same rule: no `tree`, `k`, `policy` or `verifier` given), the
+# Medusa-1 heads draft the same static tree, verified by the lossless tree-sampling rule: over
+# the 130 questions at temperature 0.7 (configs/spec_bench_medusa_tree3_sampling.py,
+# 2026-12-07, one sample each) 1.14x, tau 1.35, against the chain default's 1.09x, tau 1.27,
+# paired 1.042x (95% 1.022-1.062), no category below 1.02x (docs/benchmarks_notes.md,
+# "Medusa-1's 3-node tree when sampling ..."). The EAGLE-3 head's dynamic tree is not measured
+# when sampling, so it keeps its chain there.
+SAMPLED_B1_DEFAULTS: dict[str, dict[str, Any]] = {"medusa": GREEDY_B1_DEFAULTS["medusa"]}
 # options whose presence keeps the chain (what was measured is each default tree under its
 # own policy and the exact verifier; the legacy tree keys, LEGACY_TREE_KEYS, count too: they
 # ask for a tree of their own)
@@ -299,8 +307,9 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     args = dict(args or {})
     if name not in METHODS:
         raise DrafterError(f"unknown method {name!r}; available: {', '.join(METHODS)}")
-    if batch == 1 and greedy and not {*GREEDY_B1_OFF, *LEGACY_TREE_KEYS} & set(args):
-        args = {**GREEDY_B1_DEFAULTS.get(name, {}), **args}
+    if batch == 1 and not {*GREEDY_B1_OFF, *LEGACY_TREE_KEYS} & set(args):
+        b1 = GREEDY_B1_DEFAULTS if greedy else SAMPLED_B1_DEFAULTS
+        args = {**b1.get(name, {}), **args}
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
                 **(BATCHED_DEFAULTS.get(name, {}) if chain and batch > 1 else {})}
@@ -385,7 +394,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length. ``greedy`` (decoding
     at temperature 0): at batch 1 the defaults of :data:`GREEDY_B1_DEFAULTS` apply (the
     EAGLE-3 head's 3-node dynamic tree, the Medusa-1 heads' 3-node static tree under
-    ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given.
+    ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given; when sampling, those of
+    :data:`SAMPLED_B1_DEFAULTS` (the Medusa-1 heads' tree only).
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step
     costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long

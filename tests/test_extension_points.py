@@ -385,6 +385,9 @@ def test_cli_methods_command(capsys):
             "tree=dynamic:width=2,nodes=3,depth=3") in out
     assert ("    greedy at batch 1 without tree, k or policy: "
             "tree=fixed:0,1,0.0, policy=adaptive, idle_decay=0.995") in out
+    assert ("    sampling at batch 1 without tree, k or policy: "
+            "tree=fixed:0,1,0.0, policy=adaptive, idle_decay=0.995") in out
+    assert out.count("    sampling at batch 1 without") == 1  # eagle's tree: greedy only
     assert main(["methods", "--json"]) == 0
     js = json.loads(capsys.readouterr().out)
     assert js["method_defaults"]["prompt_lookup"]["policy"] == "adaptive"
@@ -393,6 +396,7 @@ def test_cli_methods_command(capsys):
     assert js["greedy_batch1_defaults"]["eagle"] == {"tree": "dynamic:width=2,nodes=3,depth=3"}
     assert js["greedy_batch1_defaults"]["medusa"] == {"tree": "fixed:0,1,0.0",
                                                       "policy": "adaptive", "idle_decay": 0.995}
+    assert js["sampled_batch1_defaults"] == {"medusa": js["greedy_batch1_defaults"]["medusa"]}
 
 
 # ----------------------------------------------------------------------------- one decode path

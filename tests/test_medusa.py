@@ -1,5 +1,6 @@
 """The Medusa drafter with untrained heads on a tiny random target: greedy identity (chain and
-static tree, batch 1 and 3), lossless sampling, and bad options."""
+static tree, batch 1 and 3), lossless sampling (chain, and the batch-1 default tree), the
+method's defaults, and bad options."""
 
 import pytest
 from spec_helpers import chi_square_check, make_target, mixed_prompts, sharp_tiny_pair, \
@@ -68,11 +69,32 @@ def test_medusa_default_at_batch_1_is_a_three_node_tree_under_adaptive(target, m
     ref = [generate(target, [q], max_new_tokens=9).tokens[0] for q in ps]
     r = generate(target, ps, max_new_tokens=9, drafter=d, policy=p, batch_size=3)
     assert r.tokens == ref and sum(r.extra["drafted"]) > 0
-    # what was not measured keeps the adaptive chain of up to 3: sampling, a batch, and a run
-    # that asks for a length, a policy or a verifier
-    for args, kw in (({}, {"greedy": False}), ({}, {"batch": 4}), ({"k": "3"}, {}),
-                     ({"policy": "fixed"}, {}), ({"verifier": "exact"}, {})):
+    # what was not measured keeps the adaptive chain of up to 3: a batch, and a run that asks
+    # for a length, a policy or a verifier (also when sampling)
+    for args, kw in (({}, {"batch": 4}), ({}, {"batch": 4, "greedy": False}), ({"k": "3"}, {}),
+                     ({"k": "3"}, {"greedy": False}), ({"policy": "fixed"}, {}),
+                     ({"verifier": "exact"}, {})):
         d = build_drafter("medusa", target, args, **kw)
         assert (d.tree, d.max_k) == (None, 3), (args, kw)
-    _, p, _ = build("medusa", target, {}, greedy=False)  # the chain default: adaptive
+    _, p, _ = build("medusa", target, {}, batch=4)  # the chain default: adaptive
     assert (p.name, p.idle_decay) == ("adaptive", 0.995)
+
+
+def test_medusa_default_when_sampling_at_batch_1_is_the_tree_and_lossless(monkeypatch):
+    """Sampling at batch 1 `medusa` drafts the same 3-node tree under `adaptive` as greedy;
+    6000 rows of one prompt through that method follow the target's exact law over the first
+    three tokens (chi-square, 99.9%, seed 5) at temperature 1.0 and 0.7."""
+    from specjax.methods import build
+
+    monkeypatch.setenv("SPECJAX_COST_CURVE", "builtin")  # nothing timed
+    target, _ = sharp_tiny_pair()
+    d, p, v = build("medusa", target, {}, greedy=False)
+    assert (d.tree.kind, d.tree.parents, p.name, p.idle_decay, v) == (
+        "fixed", (-1, -1, 0), "adaptive", 0.995, None)
+    n = 6000
+    for temperature in (1.0, 0.7):
+        want = three_token_law(target, [1, 2, 3], temperature)
+        res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
+                       policy=p, sampling=SamplingParams(temperature=temperature, seed=5))
+        assert sum(res.extra["drafted"]) > n  # the tree drafts (adaptive's prior pays here)
+        chi_square_check([t[:3] for t in res.tokens], want)

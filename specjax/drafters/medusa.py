@@ -121,8 +121,8 @@ def make_medusa(cfg: MedusaConfig, target_lm) -> MedusaDrafter:
             head, target, getattr(target_lm, "tokenizer", None))
         if depth > hcfg.num_heads:
             raise DrafterError(f"{head}: {hcfg.num_heads} trained heads cannot draft "
-                               f"depth {depth} (k or the tree's depth; greedy at batch 1 "
-                               f"`medusa` defaults to the tree fixed:0,1,0.0, of depth 2): "
+                               f"depth {depth} (k or the tree's depth; at batch 1 `medusa` "
+                               f"defaults to the tree fixed:0,1,0.0, of depth 2): "
                                f"give k={hcfg.num_heads} or a tree no deeper")
     else:
         V = target.cfg.vocab_size
