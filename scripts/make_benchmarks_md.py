@@ -603,7 +603,13 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_medusa_tree3_b4", "The shipped Medusa-1 heads at batch 4: "
+    for name, title in (("bench_eagle_tree3_sampling_b1", "The shipped EAGLE-3 head when "
+                                                          "sampling (temperature 0.7): the "
+                                                          "chain of k = 3 against the 3-node "
+                                                          "dynamic tree, Spec-Bench (2 "
+                                                          "questions per category, 128 tokens; "
+                                                          "a scouting run)"),
+                        ("bench_medusa_tree3_b4", "The shipped Medusa-1 heads at batch 4: "
                                                   "the chain default against the 3-node "
                                                   "static tree under adaptive, Spec-Bench "
                                                   "(4 questions per category as batches of "

@@ -113,7 +113,7 @@ GREEDY_B1_DEFAULTS: dict[str, dict[str, Any]] = {
 # paired 1.042x (95% 1.022-1.062), no category below 1.02x (docs/benchmarks_notes.md,
 # "Medusa-1's 3-node tree when sampling ..."). The EAGLE-3 head's dynamic tree is not measured
 # when sampling, so it keeps its chain there.
-SAMPLED_B1_DEFAULTS: dict[str, dict[str, Any]] = {"medusa": GREEDY_B1_DEFAULTS["medusa"]}
+SAMPLED_B1_DEFAULTS: dict[str, dict[str, Any]] = {"medusa": dict(GREEDY_B1_DEFAULTS["medusa"])}
 # options whose presence keeps the chain (what was measured is each default tree under its
 # own policy and the exact verifier; the legacy tree keys, LEGACY_TREE_KEYS, count too: they
 # ask for a tree of their own)

@@ -59,7 +59,7 @@ def main(quick: bool):
             ("token_recycling", {"policy": "fixed"}), ("stand", {"buckets": "1024"}),
             ("del", {"prior": "0.9", "prior_weight": "50"}),
             ("draft_model", {}), ("early_exit", {"exit_layer": "2"}),
-            # the chain (greedy at batch 1 its default is a 3-node tree: medusa@tree below)
+            # the chain (at batch 1 its default is a 3-node tree: medusa@tree below)
             ("medusa", {"head": "random", "k": "3"}), ("hydra", {"head": "random"}),
             # learn=false: these drafters learn from every call's outputs, so a later call
             # drafts differently and samples differently (greedy output would still match)

@@ -562,23 +562,26 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
     m = methods.build("eagle", lm, {"head": "random"}, batch=4)
     assert m.policy.name == "adaptive" and m.policy.idle_decay is None
     # not trained for the target, and the Medusa / Hydra heads: chains under adaptive with
-    # the idle decay at every batch size (Medusa's greedy batch-1 default is a tree: below)
+    # the idle decay at every batch size (Medusa's batch-1 default is a tree: below; as a
+    # chain there it is asked for by its length)
     for name, args in (("early_exit", {"exit_layer": "1"}), ("medusa", {"head": "random"}),
                        ("hydra", {"head": "random"})):
         for batch in (1, 4):
-            m = methods.build(name, lm, args, batch=batch, greedy=False)
+            given = {**args, "k": "3"} if (name, batch) == ("medusa", 1) else args
+            m = methods.build(name, lm, given, batch=batch, greedy=False)
             assert m.policy.name == "adaptive" and m.policy.max_k == 3, (name, batch)
             assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
             assert m.policy.idle_decay == methods.UNTRAINED_IDLE_DECAY == 0.995
             if name != "medusa":  # greedy: the same chain
                 g = methods.build(name, lm, args, batch=batch)
                 assert (g.drafter.tree, g.policy.step_cost) == (None, m.policy.step_cost)
-    # Medusa's 3-node tree (depth 2) under adaptive: each depth's step timed in the loop
-    # (both depths verify the 4-token block), not priced again by its nodes
+    # Medusa's 3-node tree (depth 2) under adaptive, greedy or sampling: each depth's step
+    # timed in the loop (both depths verify the 4-token block), not priced again by its nodes
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.3, 2: 1.35}))
-    m = methods.build("medusa", lm, {"head": "random"})
-    assert (m.drafter.tree.num_nodes, m.policy.name, m.policy.max_k) == (3, "adaptive", 2)
-    assert m.policy.step_cost == pytest.approx((1.0, 1.3, 1.35))
+    for greedy in (True, False):
+        m = methods.build("medusa", lm, {"head": "random"}, greedy=greedy)
+        assert (m.drafter.tree.num_nodes, m.policy.name, m.policy.max_k) == (3, "adaptive", 2)
+        assert m.policy.step_cost == pytest.approx((1.0, 1.3, 1.35))
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.9, 3: 2.4}))
     # pinned: fixed
     assert methods.build("hydra", lm, {"head": "random", "policy": "fixed"}).policy.name == \

@@ -97,4 +97,5 @@ def test_medusa_default_when_sampling_at_batch_1_is_the_tree_and_lossless(monkey
         res = generate(target, [[1, 2, 3]] * n, max_new_tokens=5, batch_size=n, drafter=d,
                        policy=p, sampling=SamplingParams(temperature=temperature, seed=5))
         assert sum(res.extra["drafted"]) > n  # the tree drafts (adaptive's prior pays here)
+        assert sum(a[0] for a in res.extra["accepted_at"]) > 0.05 * n  # and gets accepted
         chi_square_check([t[:3] for t in res.tokens], want)

@@ -70,7 +70,7 @@ def test_shipped_heads_decode_exactly_on_smollm2(smollm2, kind):
     prompts = [smollm2.tokenizer.encode(p) for p in
                ("The capital of France is", "def fibonacci(n):", "List three colors:")]
     ref = generate(smollm2.model, prompts, max_new_tokens=24, batch_size=3).tokens
-    # the chain, and the tree `eagle` and `medusa` draft by default at batch 1 (greedy);
+    # the chain, and the tree `eagle` and `medusa` draft by default at batch 1 when greedy;
     # other trees with trained heads are covered on tiny models (test_eagle.py)
     from specjax.methods import GREEDY_B1_DEFAULTS
 
