@@ -603,7 +603,12 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_eagle_tree3_sampling_b1", "The shipped EAGLE-3 head when "
+    for name, title in (("bench_medusa_b4_repeats", "The shipped Medusa-1 heads' batch-4 "
+                                                    "default (adaptive chains) against plain "
+                                                    "decoding, Spec-Bench (4 questions per "
+                                                    "category as batches of 4, 64 tokens, 4 "
+                                                    "repeats; issue 23's 0.97x bar)"),
+                        ("bench_eagle_tree3_sampling_b1", "The shipped EAGLE-3 head when "
                                                           "sampling (temperature 0.7): the "
                                                           "chain of k = 3 against the 3-node "
                                                           "dynamic tree, Spec-Bench (2 "
