@@ -50,6 +50,10 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--prefix", type=int, default=1150, help="prompt tokens")
     ap.add_argument("--budgets", default="24,72", help="the two token budgets traced")
+    ap.add_argument("--batch", type=int, default=1, help="rows (copies of the prompt)")
+    ap.add_argument("--never-draft", action="store_true",
+                    help="run each method under a policy that drafts nothing (its idle steps, "
+                         "as scripts/measure_idle_step.py times them)")
     ap.add_argument("--top", type=int, default=12, help="operation kinds printed per run")
     ap.add_argument("--out", default=None, help="also write the table as JSON here")
     a = ap.parse_args()
@@ -77,15 +81,21 @@ def main() -> None:
         else:
             name, args = methods.parse_method_spec(spec)
             m = methods.build(name, lm, args)
-            runs[spec] = (m.drafter, m.policy)
+            if a.never_draft:
+                from measure_idle_step import NeverDraft  # scripts/ is on sys.path
+
+                runs[spec] = (m.drafter, NeverDraft(int(m.drafter.max_k)))
+            else:
+                runs[spec] = (m.drafter, m.policy)
     K = max((int(d.max_k) for d, _ in runs.values() if d is not None), default=0)
     cache_len = cache_length(a.prefix, long + K + 2)
     table = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, (drafter, policy) in runs.items():
             def decode(n):
-                return generate(lm.model, [prompt], max_new_tokens=n, cache_len=cache_len,
-                                drafter=drafter, policy=policy)
+                return generate(lm.model, [prompt] * a.batch, max_new_tokens=n,
+                                cache_len=cache_len, drafter=drafter, policy=policy,
+                                batch_size=a.batch)
 
             decode(short)  # compile
             got = {}
@@ -93,7 +103,7 @@ def main() -> None:
                 d = Path(tmp) / f"{len(table)}_{n}"
                 with jax.profiler.trace(str(d), create_perfetto_trace=True):
                     r = decode(n)
-                got[n] = (kind_totals(d), int(r.target_forwards[0]),
+                got[n] = (kind_totals(d), max(r.target_forwards),
                           r.wall_s[0] - r.prefill_s[0])
             (ka, fa, ta), (kb, fb, tb) = got[short], got[long]
             df = max(fb - fa, 1)
@@ -106,7 +116,8 @@ def main() -> None:
                 print(f"  {v:8.3f} ms/step  {k}", flush=True)
     out = {"command": "python scripts/profile_decode_loop.py " + " ".join(sys.argv[1:]),
            "date": utc_now(), "machine": machine_description(), "model": a.model,
-           "prefix": a.prefix, "cache_len": cache_len, "budgets": [short, long], "runs": table}
+           "prefix": a.prefix, "batch": a.batch, "cache_len": cache_len,
+           "budgets": [short, long], "runs": table}
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=1))
 

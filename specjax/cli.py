@@ -296,7 +296,7 @@ def cmd_methods(args) -> int:
                                   ("sampling at batch 1 without tree, k or policy",
                                    SAMPLED_B1_DEFAULTS),
                                   ("as a chain", CHAIN_DEFAULTS),
-                                  ("as a chain above batch 1", BATCHED_DEFAULTS)):
+                                  ("as a chain above batch 1 without policy", BATCHED_DEFAULTS)):
                 defaults = table_.get(e["name"]) if kind == "drafters" else None
                 if defaults:
                     print(f"    {label}: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))

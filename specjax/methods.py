@@ -132,9 +132,24 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # there at its prior acceptance and decodes plainly (specjax.engine.drafting_off);
 # docs/benchmarks_notes.md, "Default policies above batch 1". At batch 1 the EAGLE-3 head keeps
 # its fixed length (the measured best there).
+#
+# the Medusa-1 and Hydra++ heads above batch 1 draft only where `adaptive` expects the batch
+# to finish at least 10% sooner per unit cost (`min_gain` 1.1; since 2026-12-07, forty-seventh
+# session). At batch 4 on this CPU their best draft, one token at a first-token acceptance of
+# 25-36%, is worth at most 7% more than its price, inside the error of the price itself:
+# the step timed at 1.17-1.25 plain steps by the probe ran at about 1.3 in the Spec-Bench
+# batches, and the batch waits for its unluckiest row. Drafting there at 1.0 ran at 0.90x in
+# math and 0.94x in coding, decoding plainly at 0.98x / 0.95x (same run, 5 repeats; docs/
+# benchmarks_notes.md, "Medusa-1 and Hydra++ above batch 1: a margin ..."). With the margin
+# (configs/heads_b4_margin.py, 52 questions in batches of four, four repeats) Medusa-1 ran at
+# 0.99x with no category below 0.97x, Hydra++ at 0.98x with rag 0.92x (its prompt pass, not
+# its drafts). These defaults apply as a set where no `policy` is given.
+HEADS_BATCHED_MIN_GAIN = 1.1
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
-    name: {"policy": "adaptive"}
-    for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")
+    **{name: {"policy": "adaptive"}
+       for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")},
+    **{name: {"policy": "adaptive", "min_gain": HEADS_BATCHED_MIN_GAIN}
+       for name in ("medusa", "hydra")},
 }
 
 
@@ -312,7 +327,8 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
         args = {**b1.get(name, {}), **args}
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
-                **(BATCHED_DEFAULTS.get(name, {}) if chain and batch > 1 else {})}
+                **(BATCHED_DEFAULTS.get(name, {})
+                   if chain and batch > 1 and "policy" not in args else {})}
     merged = _fold_legacy_tree_keys(name, {**defaults, **args})
     args = _fold_legacy_tree_keys(name, args)
     pol_name = str(merged.pop("policy", "fixed"))
@@ -391,10 +407,11 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     (:mod:`specjax.draft_costs`), its verify-cost curve for a model-free one
     (:mod:`specjax.cost_curves`). Above
     batch 1 the model-based chain drafters default to the cost-aware ``adaptive`` policy
-    (:data:`BATCHED_DEFAULTS`); ``policy=fixed`` keeps a fixed length. ``greedy`` (decoding
-    at temperature 0): at batch 1 the defaults of :data:`GREEDY_B1_DEFAULTS` apply (the
-    EAGLE-3 head's 3-node dynamic tree, the Medusa-1 heads' 3-node static tree under
-    ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given; when sampling, those of
+    (:data:`BATCHED_DEFAULTS`, as a set where no ``policy`` is given: the Medusa-1 and
+    Hydra++ heads' ``min_gain`` margin with it); ``policy=fixed`` keeps a fixed length.
+    ``greedy`` (decoding at temperature 0): at batch 1 the defaults of
+    :data:`GREEDY_B1_DEFAULTS` apply (the EAGLE-3 head's 3-node dynamic tree, the Medusa-1
+    heads' 3-node static tree under ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given; when sampling, those of
     :data:`SAMPLED_B1_DEFAULTS` (the Medusa-1 heads' tree only).
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step

@@ -433,6 +433,16 @@ def test_adaptive_batch_finish_rule_by_hand():
     assert decide([high, low], [10, 40]) == [0, 0]
     # a finished row neither counts nor drafts
     assert decide([high, low], [10, 10], live=[True, False]) == [2, 0]
+    # min_gain: the chosen block must beat a plain step's value per cost by that factor.
+    # Medusa-1 at batch 4 (step costs 1.2526 / 1.6117; A = 3.4, R = 6.6: a = 4.4 / 12 =
+    # 0.3667): E(1) = 1.3667, per cost 1.091; E(2) = 1.5011 per 1.6117 = 0.931
+    heads = AdaptivePolicy(max_k=2, step_cost=(1.0, 1.2526, 1.6117), batch_pool=0.0)
+    seen = [(3.4, 6.6)] * 4
+    assert decide(seen, [64] * 4, policy=heads) == [1] * 4
+    assert decide(seen, [64] * 4, policy=dataclasses.replace(heads, min_gain=1.1)) == [0] * 4
+    # its prior (a = 0.5) still probes: E(1) = 1.5 per 1.2526 = 1.198 > 1.1
+    assert decide([(0.0, 0.0)] * 4, [64] * 4,
+                  policy=dataclasses.replace(heads, min_gain=1.1)) == [1] * 4
     # the trust: a = 0.7 (A = 6, R = 2), E(1) = 1.7 / 1.6 pays at t = 1, 1.56 / 1.6 not at 0.8
     mid = (6.0, 2.0)
     assert decide([mid, mid], [8, 8]) == [0, 0]
@@ -561,6 +571,7 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
     assert methods.build("eagle", lm, {"head": "random"}).policy.name == "fixed"
     m = methods.build("eagle", lm, {"head": "random"}, batch=4)
     assert m.policy.name == "adaptive" and m.policy.idle_decay is None
+    assert m.policy.min_gain == 1.0  # no margin for the EAGLE head
     # not trained for the target, and the Medusa / Hydra heads: chains under adaptive with
     # the idle decay at every batch size (Medusa's batch-1 default is a tree: below; as a
     # chain there it is asked for by its length)
@@ -572,6 +583,9 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
             assert m.policy.name == "adaptive" and m.policy.max_k == 3, (name, batch)
             assert m.policy.step_cost == pytest.approx((1.0, 1.9, 2.4, 2.4))
             assert m.policy.idle_decay == methods.UNTRAINED_IDLE_DECAY == 0.995
+            # the heads' margin above batch 1 (HEADS_BATCHED_MIN_GAIN), not the early exit's
+            want = 1.1 if (name != "early_exit" and batch > 1) else 1.0
+            assert m.policy.min_gain == want, (name, batch)
             if name != "medusa":  # greedy: the same chain
                 g = methods.build(name, lm, args, batch=batch)
                 assert (g.drafter.tree, g.policy.step_cost) == (None, m.policy.step_cost)
@@ -583,6 +597,12 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
         assert (m.drafter.tree.num_nodes, m.policy.name, m.policy.max_k) == (3, "adaptive", 2)
         assert m.policy.step_cost == pytest.approx((1.0, 1.3, 1.35))
     monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.9, 3: 2.4}))
+    # the batch defaults apply as a set where no policy is given: a record that named
+    # `adaptive` with its own options keeps adaptive's min_gain of 1
+    for name in ("medusa", "hydra"):
+        m = methods.build(name, lm, {"head": "random", "policy": "adaptive"}, batch=4)
+        assert (m.policy.name, m.policy.min_gain, m.policy.idle_decay) == (
+            "adaptive", 1.0, 0.995)
     # pinned: fixed
     assert methods.build("hydra", lm, {"head": "random", "policy": "fixed"}).policy.name == \
         "fixed"

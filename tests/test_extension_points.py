@@ -380,7 +380,7 @@ def test_cli_methods_command(capsys):
     assert "threshold (float, default 0.4)" in out
     # the chain defaults are listed too (a tree keeps the drafter's own)
     assert "    as a chain: policy=adaptive, idle_decay=0.995" in out
-    assert "    as a chain above batch 1: policy=adaptive" in out
+    assert "    as a chain above batch 1 without policy: policy=adaptive" in out
     assert ("    greedy at batch 1 without tree, k or policy: "
             "tree=dynamic:width=2,nodes=3,depth=3") in out
     assert ("    greedy at batch 1 without tree, k or policy: "
