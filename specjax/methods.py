@@ -411,8 +411,9 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     Hydra++ heads' ``min_gain`` margin with it); ``policy=fixed`` keeps a fixed length.
     ``greedy`` (decoding at temperature 0): at batch 1 the defaults of
     :data:`GREEDY_B1_DEFAULTS` apply (the EAGLE-3 head's 3-node dynamic tree, the Medusa-1
-    heads' 3-node static tree under ``adaptive``) where no ``tree``, ``k`` or ``policy`` is given; when sampling, those of
-    :data:`SAMPLED_B1_DEFAULTS` (the Medusa-1 heads' tree only).
+    heads' 3-node static tree under ``adaptive``) where no ``tree``, ``k`` or ``policy`` is
+    given; when sampling, those of :data:`SAMPLED_B1_DEFAULTS` (the Medusa-1 heads' tree
+    only).
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step
     costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long
