@@ -50,7 +50,7 @@ from specjax.features import (
     take_tokens,
 )
 from specjax.rng import Stream, fold
-from specjax.sampling import process_logits
+from specjax.sampling import greedy_token, process_logits
 from specjax.tree import DraftTree, ancestor_mask, tree_positions
 from specjax.verifiers.base import SamplingArrays, sampling_rule, target_probs
 
@@ -117,7 +117,7 @@ def _is_eos(tok, eos_ids: tuple[int, ...]):
 def _sample(logits, key_data, greedy: bool, sampling: SamplingArrays):
     """One token per row from ``logits[B, V]`` with the row's (already folded) key."""
     if greedy:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return greedy_token(logits)
     lp = process_logits(logits, sampling.temperature, sampling.top_k, sampling.top_p)
     return jax.vmap(lambda k, lg: jax.random.categorical(jax.random.wrap_key_data(k), lg))(
         key_data, lp).astype(jnp.int32)

@@ -46,6 +46,18 @@ class SamplingParams:
         return self.temperature == 0.0
 
 
+def greedy_token(logits: jax.Array) -> jax.Array:
+    """``jnp.argmax(logits, axis=-1)`` as int32, the same index (the first maximum; a row with
+    a NaN: its first NaN), computed as a max, a compare and a min over the indices: XLA:CPU
+    lowers argmax to a two-operand reduce, which measured 3-5x slower than this over
+    SmolLM2's 49,152 logits (docs/benchmarks_notes.md, "The greedy token ...")."""
+    m = jnp.max(logits, axis=-1, keepdims=True)  # XLA:CPU's max may skip a NaN
+    nan = jnp.isnan(logits)
+    hit = jnp.where(jnp.any(nan, axis=-1, keepdims=True), nan, logits == m)
+    idx = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    return jnp.min(jnp.where(hit, idx, logits.shape[-1]), axis=-1).astype(jnp.int32)
+
+
 def process_logits(logits: jax.Array, temperature, top_k, top_p) -> jax.Array:
     """Log-probabilities after temperature, top-k and top-p (masked tokens get -inf).
 

@@ -246,3 +246,29 @@ def test_compiled_program_cache_is_bounded(monkeypatch):
     monkeypatch.setenv("SPECJAX_MAX_COMPILED", "lots")
     with pytest.raises(GenerationError, match="SPECJAX_MAX_COMPILED must be an integer"):
         _Compiled()
+
+
+def test_greedy_token_is_argmax():
+    """``sampling.greedy_token`` picks what ``jnp.argmax`` picks: the first maximum, ties and
+    infinities included, and a row's first NaN; float32 and bfloat16, any leading shape."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from specjax.sampling import greedy_token
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(6, 3, 257)).astype(np.float32)
+    x[0, 0, [5, 9, 200]] = 9.0  # ties: the first
+    x[1, 1, :] = -np.inf  # every entry -inf: index 0
+    x[2, 2, [7, 100]] = np.inf
+    x[3, 0, [11, 30]] = np.nan  # the first NaN, even before a larger entry
+    x[3, 0, 2] = 50.0
+    x[4] = np.round(x[4] * 2) / 2  # many ties
+    for dt in (jnp.float32, jnp.bfloat16):
+        a = jnp.asarray(x, dt)
+        for shape in ((6, 3, 257), (18, 257), (257,)):
+            b = a.reshape(shape) if shape != (257,) else a[0, 0]
+            got, want = greedy_token(b), jnp.argmax(b, axis=-1).astype(jnp.int32)
+            assert got.dtype == jnp.int32
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert int(greedy_token(jnp.asarray(x[3, 0]))) == 11

@@ -14,6 +14,7 @@ from typing import Callable
 
 from specjax.buckets import PROBE_CACHE
 from specjax.errors import BenchError
+from specjax.sampling import greedy_token
 
 
 def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: int = 256,
@@ -45,7 +46,7 @@ def verify_curve(lm, ks=(1, 2, 4, 8, 16, 32, 64), batches=(1, 4, 16), prefix: in
     def fwd(params, tokens, positions, cache):
         m = nnx.merge(graphdef, params)
         o = m(tokens, positions, cache)
-        return jnp.argmax(o.logits, -1), o.cache
+        return greedy_token(o.logits), o.cache
 
     def prepare(B, k):
         """Compiles and warms the block of ``k`` tokens at batch ``B``; returns a timer of

@@ -11,7 +11,7 @@ from specjax.cache import KVCache
 from specjax.drafters.base import StepContext
 from specjax.policies.base import DraftStep
 from specjax.rng import Stream, stream_keys
-from specjax.sampling import process_logits
+from specjax.sampling import greedy_token, process_logits
 
 
 def pick_token(logits, key_data, step, greedy: bool, temperature, top_k, top_p,
@@ -19,7 +19,7 @@ def pick_token(logits, key_data, step, greedy: bool, temperature, top_k, top_p,
     """Draft token from ``logits[B, V]``, with the processed distribution it was drawn from
     when sampling (or when ``need_probs``: the plain softmax when greedy), else None."""
     if greedy:
-        tok = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        tok = greedy_token(logits)
         return tok, (jax.nn.softmax(logits.astype(jnp.float32), axis=-1) if need_probs
                      else None)
     lp = process_logits(logits, temperature, top_k, top_p)

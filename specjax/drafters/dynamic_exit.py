@@ -57,6 +57,7 @@ from specjax.drafters.self_spec import _parse_layers, _target_model
 from specjax.errors import DrafterError
 from specjax.features import FeatureSpec
 from specjax.policies.adaptive import _parse_cost, bucketed_cost, default_cost
+from specjax.sampling import greedy_token
 from specjax.tree import DraftTree
 
 
@@ -180,7 +181,7 @@ class DynamicExitDrafter:
 
         def look(s):
             h = jax.lax.dynamic_index_in_dim(s["root"], c, axis=1, keepdims=False)  # [B, H]
-            tok = jnp.argmax(target.final_logits(h), axis=-1).astype(jnp.int32)
+            tok = greedy_token(target.final_logits(h))
             hit = ((tok == s["root_token"]) & s["have_root"]).astype(jnp.float32)
             col = (jnp.arange(C) == c)[None] & s["have_root"][:, None]
             return self._observe(s, col, hit, 1.0)

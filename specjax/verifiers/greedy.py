@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
-
 from specjax.errors import VerifierError
+from specjax.sampling import greedy_token
 from specjax.verifiers.base import VERIFIERS, chain_path
 from specjax.verify import greedy_tree_verify, greedy_verify
 
@@ -24,7 +23,7 @@ class GreedyVerifier:
                                 "use 'exact', 'chain_sampling' or 'tree_sampling' to sample")
 
     def target_output(self, logits, sampling, greedy):
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+        return greedy_token(logits)
 
     def accept(self, keys, tree, valid, n_draft, out, *, depth, chain, greedy, rule):
         if chain:

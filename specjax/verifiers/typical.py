@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.errors import VerifierError
+from specjax.sampling import greedy_token
 from specjax.verifiers.base import VERIFIERS, chain_path, target_probs
 from specjax.verify import accepted_prefix
 
@@ -51,7 +52,7 @@ class TypicalVerifier:
 
     def _next(self, keys, p_last, greedy):
         if greedy:
-            return jnp.argmax(p_last, axis=-1).astype(jnp.int32)
+            return greedy_token(p_last)
         logits = jnp.where(p_last > 0, jnp.log(jnp.maximum(p_last, 1e-38)), -jnp.inf)
         ks = jax.vmap(jax.random.wrap_key_data)(keys)
         return jax.vmap(jax.random.categorical)(ks, logits).astype(jnp.int32)
