@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from specjax.errors import DrafterError
+from specjax.sampling import greedy_token
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,14 +113,16 @@ def from_output(spec: FeatureSpec, out) -> Features:
     """The declared features of a forward's output (``hidden_layers`` as in
     :func:`forward_kwargs`; the logits of every token)."""
     top = probs = None
-    if spec.top_ids:  # also for one id: XLA:CPU's argmax (a two-operand reduce) measured
-        # slower than lax.top_k(x, 1) over SmolLM2's vocabulary (2.0 vs 1.3 ms per step at
-        # batch 1, 7.5 vs 4.7 at batch 4: docs/benchmarks_notes.md)
+    if spec.top_ids == 1:  # one id: a max and a min, cheaper on XLA:CPU than lax.top_k(x, 1)
+        # and its argmax (docs/benchmarks_notes.md, "The greedy token ...")
+        top = greedy_token(out.logits)[..., None]
+        vals = jnp.take_along_axis(out.logits, top, axis=-1) if spec.top_probs else None
+    elif spec.top_ids:
         vals, top = jax.lax.top_k(out.logits, spec.top_ids)
         top = top.astype(jnp.int32)
-        if spec.top_probs:
-            lse = jax.nn.logsumexp(out.logits.astype(jnp.float32), axis=-1, keepdims=True)
-            probs = jnp.exp(vals.astype(jnp.float32) - lse)
+    if spec.top_ids and spec.top_probs:
+        lse = jax.nn.logsumexp(out.logits.astype(jnp.float32), axis=-1, keepdims=True)
+        probs = jnp.exp(vals.astype(jnp.float32) - lse)
     return Features(hidden=tuple(out.hidden) if spec.layers else (),
                     final_hidden=out.final_hidden if spec.final_hidden else None,
                     logits=out.logits if spec.logits else None, top_ids=top, top_probs=probs)
