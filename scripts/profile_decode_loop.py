@@ -8,7 +8,10 @@ transfers and the shorter drafts of the last steps before a budget cancel. Plain
 always traced; ``--method junk:N`` drafts N copies of one token every step (the verify block
 of N + 1 tokens of ``specjax bench --verify-curve --in-loop``), any other method is built as
 ``specjax bench`` builds it. Event totals include nested events (a ``cond`` holds its branch's
-fusions), so compare kinds between runs rather than adding them up.
+fusions), so compare kinds between runs rather than adding them up. ``--batch B`` decodes B
+copies of the prompt (each method built with the defaults of that batch size);
+``--never-draft`` runs each method under a policy that drafts nothing (its idle steps).
+Tracing inflates a step about 3x on the project's 2-core CPU, so compare kinds, not totals.
 
     python scripts/profile_decode_loop.py --prefix 1150 --method junk:1 --method prompt_lookup
 """
@@ -80,7 +83,7 @@ def main() -> None:
             runs[spec] = (_JunkDrafter(max_k=max(n, 1), n=n), None)
         else:
             name, args = methods.parse_method_spec(spec)
-            m = methods.build(name, lm, args)
+            m = methods.build(name, lm, args, batch=a.batch)  # the batch's defaults
             if a.never_draft:
                 from measure_idle_step import NeverDraft  # scripts/ is on sys.path
 

@@ -136,14 +136,15 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # the Medusa-1 and Hydra++ heads above batch 1 draft only where `adaptive` expects the batch
 # to finish at least 10% sooner per unit cost (`min_gain` 1.1; since 2026-12-07, forty-seventh
 # session). At batch 4 on this CPU their best draft, one token at a first-token acceptance of
-# 25-36%, is worth at most 7% more than its price, inside the error of the price itself:
+# 25-34%, is worth at most 7% more than its price, inside the error of the price itself:
 # the step timed at 1.17-1.25 plain steps by the probe ran at about 1.3 in the Spec-Bench
-# batches, and the batch waits for its unluckiest row. Drafting there at 1.0 ran at 0.90x in
-# math and 0.94x in coding, decoding plainly at 0.98x / 0.95x (same run, 5 repeats; docs/
-# benchmarks_notes.md, "Medusa-1 and Hydra++ above batch 1: a margin ..."). With the margin
-# (configs/heads_b4_margin.py, 52 questions in batches of four, four repeats) Medusa-1 ran at
-# 0.99x with no category below 0.97x, Hydra++ at 0.98x with rag 0.92x (its prompt pass, not
-# its drafts). These defaults apply as a set where no `policy` is given.
+# batches, and the batch waits for its unluckiest row. Drafting there at 1.0 ran at 0.89x in
+# math and 0.92x in coding in decode time, decoding plainly at 0.98x / 0.94x (same run, 5
+# repeats; docs/benchmarks_notes.md, "Medusa-1 and Hydra++ above batch 1: a margin ...").
+# With the margin (configs/heads_b4_margin.py, 52 questions in batches of four, four
+# repeats) Medusa-1 ran at 0.99x, lowest categories rag 0.966x and math 0.967x (seven at
+# 0.93-0.96x before), Hydra++ at 0.98x with rag 0.92x (its prompt pass, not its drafts).
+# These defaults apply as a set where no `policy` is given.
 HEADS_BATCHED_MIN_GAIN = 1.1
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     **{name: {"policy": "adaptive"}

@@ -49,8 +49,11 @@ class SamplingParams:
 def greedy_token(logits: jax.Array) -> jax.Array:
     """``jnp.argmax(logits, axis=-1)`` as int32, the same index (the first maximum; a row with
     a NaN: its first NaN), computed as a max, a compare and a min over the indices: XLA:CPU
-    lowers argmax to a two-operand reduce, which measured 3-5x slower than this over
-    SmolLM2's 49,152 logits (docs/benchmarks_notes.md, "The greedy token ...")."""
+    lowers argmax to a two-operand reduce, which measured 1.5-4x slower than this over
+    SmolLM2's 49,152 logits (docs/benchmarks_notes.md, "The greedy token ..."). Other
+    backends (timed only on XLA:CPU) keep ``jnp.argmax``."""
+    if jax.default_backend() != "cpu":
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     m = jnp.max(logits, axis=-1, keepdims=True)  # XLA:CPU's max may skip a NaN
     nan = jnp.isnan(logits)
     hit = jnp.where(jnp.any(nan, axis=-1, keepdims=True), nan, logits == m)

@@ -381,6 +381,8 @@ def test_cli_methods_command(capsys):
     # the chain defaults are listed too (a tree keeps the drafter's own)
     assert "    as a chain: policy=adaptive, idle_decay=0.995" in out
     assert "    as a chain above batch 1 without policy: policy=adaptive" in out
+    assert out.count("    as a chain above batch 1 without policy: policy=adaptive, "
+                     "min_gain=1.1") == 2  # the Medusa-1 and Hydra++ heads' margin
     assert ("    greedy at batch 1 without tree, k or policy: "
             "tree=dynamic:width=2,nodes=3,depth=3") in out
     assert ("    greedy at batch 1 without tree, k or policy: "

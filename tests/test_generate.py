@@ -264,11 +264,15 @@ def test_greedy_token_is_argmax():
     x[3, 0, [11, 30]] = np.nan  # the first NaN, even before a larger entry
     x[3, 0, 2] = 50.0
     x[4] = np.round(x[4] * 2) / 2  # many ties
+    x[5, 1, [3, 40]] = [np.inf, np.nan]  # a NaN after a +inf: the NaN
     for dt in (jnp.float32, jnp.bfloat16):
         a = jnp.asarray(x, dt)
         for shape in ((6, 3, 257), (18, 257), (257,)):
             b = a.reshape(shape) if shape != (257,) else a[0, 0]
-            got, want = greedy_token(b), jnp.argmax(b, axis=-1).astype(jnp.int32)
-            assert got.dtype == jnp.int32
-            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+            want = jnp.argmax(b, axis=-1).astype(jnp.int32)
+            for f in (greedy_token, jax.jit(greedy_token)):  # eager and compiled
+                got = f(b)
+                assert got.dtype == jnp.int32
+                np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     assert int(greedy_token(jnp.asarray(x[3, 0]))) == 11
+    assert int(greedy_token(jnp.asarray(x[5, 1]))) == 40

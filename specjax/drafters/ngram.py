@@ -13,7 +13,8 @@ Every step each source drafts a chain from the row's context (all inside the com
   (:mod:`specjax.drafters.token_recycling`, a table of width 1). ``recycle_from=text`` (the
   default) records the next token of the row's own text; ``target`` records the target's
   top id after the token, which makes the prefill and every verify forward compute top-id
-  features (a ``top_k`` over the vocabulary at every position: on an 862-token prompt about a
+  features (the top id over the vocabulary at every position, since 2026-12-07 by
+  :func:`specjax.sampling.greedy_token`; as a ``top_k`` on an 862-token prompt it cost about a
   second and a half of prefill on the 2-core CPU, 1.2 ms per step). Greedy, the two agree
   along the output; they differ on the prompt (its actual next token against the target's
   guess);
