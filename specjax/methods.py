@@ -143,7 +143,7 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # repeats; docs/benchmarks_notes.md, "Medusa-1 and Hydra++ above batch 1: a margin ...").
 # With the margin (configs/heads_b4_margin.py, 52 questions in batches of four, four
 # repeats) Medusa-1 ran at 0.99x, lowest categories rag 0.966x and math 0.967x (seven at
-# 0.93-0.96x before), Hydra++ at 0.98x with rag 0.92x (its prompt pass, not its drafts).
+# 0.93-0.96x before), Hydra++ at 0.98x with rag 0.92x (where it drafted only a probe).
 # These defaults apply as a set where no `policy` is given.
 HEADS_BATCHED_MIN_GAIN = 1.1
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
