@@ -147,7 +147,7 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
         out += ["", "Method configurations:", ""]
         for m, c in configs.items():
             out.append(f"- `{m}`: " + ", ".join(f"{k}={v}" for k, v in c.items()
-                                                 if k != "method"))
+                                                 if k != "method" and v != {}))
     if png:
         out += ["", f"![{title}](results/{png})"]
     out.append("")

@@ -455,13 +455,48 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     return Method(drafter, policy, verifier)
 
 
+def changed_options(component) -> dict:
+    """A policy's or verifier's options that differ from its class defaults, as JSON values
+    (``{}`` for a component that is not a dataclass). Bench journals record them, so a run
+    continued after a default changed (``min_gain`` of the heads above batch 1) is refused
+    rather than mixed with the earlier runs."""
+    if component is None or not dataclasses.is_dataclass(component):
+        return {}
+    out = {}
+    for f in dataclasses.fields(component):
+        if not f.init or f.name in ("max_k", "threshold"):  # recorded beside the name
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = dataclasses.MISSING
+        value = getattr(component, f.name)
+        if value != default:
+            out[f.name] = _json_value(value)
+    return out
+
+
+def _json_value(value):
+    """Tuples as lists and NumPy scalars as Python numbers (a cost curve read from JSON)."""
+    if isinstance(value, (tuple, list)):
+        return [_json_value(v) for v in value]
+    item = getattr(value, "item", None)
+    return item() if callable(item) and getattr(value, "shape", None) == () else value
+
+
 def describe(drafter, policy, verifier=None) -> dict:
-    """The method's settings for results files (names and the drafter's main options)."""
+    """The method's settings for results files: names, the drafter's main options, and the
+    policy's and verifier's options that differ from their defaults (``policy_options``,
+    ``verifier_options``)."""
     if drafter is None:
         return {"method": "ar"}
     out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
            "verifier": getattr(verifier, "name", "exact"),
-           "exact": bool(getattr(verifier, "exact", True))}
+           "exact": bool(getattr(verifier, "exact", True)),
+           "policy_options": changed_options(policy),
+           "verifier_options": changed_options(verifier)}
     for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram",
               "description"):
         if hasattr(drafter, f):

@@ -610,6 +610,43 @@ def test_journal_accepts_a_pinned_default_not_another_config(tmp_path):
         Journal(bare, {"model": "m", "method_args": {"eagle": {"k": "4"}}}).load()
 
 
+def test_journal_refuses_a_changed_policy_default(tmp_path):
+    """The resolved configs record the policy's options that differ from its defaults, so a
+    journal refuses a rerun whose same arguments now resolve to another option (a default
+    changed between sessions); a journal from before the options were recorded compares
+    without them, as it did then."""
+    from specjax import methods
+    from specjax.bench.journal import Journal
+    from specjax.errors import BenchError
+    from specjax.policies.adaptive import AdaptivePolicy
+
+    assert methods.changed_options(AdaptivePolicy(max_k=3)) == {}
+    opts = methods.changed_options(AdaptivePolicy(max_k=3, min_gain=1.1, cost=(1.0, 1.5)))
+    assert opts == {"min_gain": 1.1, "cost": [1.0, 1.5]}
+    assert methods.changed_options(None) == {}
+
+    def header(options):
+        cfg = {"method": "medusa", "k": 3, "policy": "adaptive", "policy_options": options,
+               "verifier_options": {}}
+        return {"model": "m", "method_args": {"medusa": {}},
+                "configs": {"ar": {"method": "ar"}, "medusa": cfg}}
+
+    path = tmp_path / "j.jsonl"
+    Journal(path, header({})).load()
+    Journal(path, header({})).append({"group": "g1"})
+    assert Journal(path, header({})).load() == [{"group": "g1"}]
+    with pytest.raises(BenchError, match="min_gain"):
+        Journal(path, header({"min_gain": 1.1})).load()
+    old = tmp_path / "old.jsonl"  # written before the options were recorded
+    legacy = header({})
+    legacy["configs"]["medusa"] = {k: v for k, v in legacy["configs"]["medusa"].items()
+                                   if not k.endswith("_options")}
+    Journal(old, legacy).load()
+    assert Journal(old, header({"min_gain": 1.1})).load() == []
+    with pytest.raises(BenchError, match="configs: journal"):
+        Journal(old, {**header({}), "configs": {"medusa": {"method": "medusa", "k": 4}}}).load()
+
+
 def test_warm_snapshots_learn_the_answers_recorded_before_each_question(tmp_path):
     """Each question starts from the answers of the groups journaled before it (in journal
     order; a question the journal lacks from all of them); the drafter is left as it was; a

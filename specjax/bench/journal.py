@@ -17,9 +17,10 @@ class Journal:
     methods and their arguments, prompts, budgets); each further line is one finished group
     (every method's runs on one batch of prompts). A line cut short by a crash is ignored.
     Where the header records the resolved configs (``configs``: every method's drafter,
-    ``k``, policy and verifier with the defaults filled in) and they match, the arguments that
-    produced them may differ: pinning a default (``policy=fixed``) keeps a journal going
-    after that default changes.
+    ``k``, policy and verifier with the defaults filled in, and since 2026-12-07 the policy's
+    and verifier's options that differ from their class defaults) and they match, the
+    arguments that produced them may differ: pinning a default (``policy=fixed``) keeps a
+    journal going after that default changes.
     """
 
     def __init__(self, path: str | os.PathLike, header: dict):
@@ -34,13 +35,14 @@ class Journal:
                 f.write(json.dumps({"header": self.header}) + "\n")
             return []
         old, records = read_journal(self.path)
-        diff = sorted(k for k in set(old) | set(self.header) if old.get(k) != self.header.get(k))
+        new = _without_unrecorded_options(old, self.header)
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         if diff == ["method_args"] and old.get("configs") is not None:
             # the same resolved configs (what the runs used, defaults included) spelled with
             # other arguments: e.g. a default made explicit before the default changed
             diff = []
         if diff:
-            detail = "; ".join(f"{k}: journal {old.get(k)!r}, now {self.header.get(k)!r}"
+            detail = "; ".join(f"{k}: journal {old.get(k)!r}, now {new.get(k)!r}"
                                for k in diff)
             raise BenchError(f"{self.path} was written by a different benchmark ({detail}); "
                              "use a new --journal file or the same settings")
@@ -51,6 +53,23 @@ class Journal:
             f.write(json.dumps(record) + "\n")
             f.flush()
             os.fsync(f.fileno())
+
+
+_OPTION_KEYS = ("policy_options", "verifier_options")
+
+
+def _without_unrecorded_options(old: dict, new: dict) -> dict:
+    """``new`` as it compares with ``old``: a journal written before the resolved configs
+    recorded the policy's and verifier's changed options (2026-12-07) is compared without
+    them, as it was then (it cannot tell a changed default apart; journals written since
+    can)."""
+    oc, nc = old.get("configs"), new.get("configs")
+    if not isinstance(oc, dict) or not isinstance(nc, dict):
+        return new
+    configs = {m: {k: v for k, v in cfg.items()
+                   if k not in _OPTION_KEYS or m not in oc or k in oc[m]}
+               for m, cfg in nc.items()}
+    return {**new, "configs": configs}
 
 
 def read_journal(path: str | os.PathLike) -> tuple[dict, list[dict]]:
