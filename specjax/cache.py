@@ -9,7 +9,9 @@ writes and returns) stays ``[B, T, KVH, Dh]``. ``lengths[b]`` is the number of c
 entries of row ``b``; entries at ``lengths[b]`` and beyond are scratch: a forward writes
 its new tokens there, and the caller decides how many of them to commit (plain decoding
 commits all, speculative decoding commits the accepted prefix/path). Rejected entries are
-never deleted: they sit past the row's length and are overwritten by the next write.
+never deleted: they sit past the row's length and are overwritten by the next write. Every
+entry is finite (writes store a non-finite value as 0, :func:`write_block`): the attention
+weights scratch slots by exact zeros and reads them unmasked.
 """
 
 from __future__ import annotations
@@ -113,8 +115,12 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
     (``buf``: ``[B, KVH, S, Dh]``).
 
     Writes that would land past the buffer's end are dropped, never wrapped or clamped onto
-    committed entries.
+    committed entries. A non-finite entry is written as 0: a cache holds only finite values
+    (zeros where nothing was written), so the attention's products may read scratch slots
+    under exact zero weights (``0 * x == 0``) instead of masking a copy of every layer's
+    values in every forward (``split_attention``).
     """
+    new = jnp.where(jnp.isfinite(new), new, jnp.zeros((), new.dtype))
     B, T = new.shape[:2]
     if T == 1:
         # a one-token write is scattered as two, the second out of range (dropped): XLA

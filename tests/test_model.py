@@ -61,27 +61,39 @@ def test_multi_token_block_after_prefix_equals_full_forward():
     np.testing.assert_allclose(np.asarray(out.logits), want, atol=2e-5, rtol=1e-5)
 
 
-def test_scratch_past_length_is_never_visible():
-    """Garbage (NaN) in cache slots past each row's length must not change anything."""
+@pytest.mark.parametrize("numerics", ["fast", "exact"])
+def test_scratch_past_length_is_never_visible(numerics):
+    """Garbage in cache slots past each row's length must not change anything: any finite
+    value (the largest float32 here, whose key products overflow to inf and NaN), and NaN or
+    inf written through the cache's own writes (stored as 0)."""
     cfg = tiny_config()
     model = random_model(cfg, seed=3)
+    model.set_numerics(numerics)
     B, P = 2, 6
     rng = np.random.default_rng(2)
     toks = jnp.asarray(rng.integers(0, cfg.vocab_size, (B, P)), jnp.int32)
     cache = model.init_cache(B, 16)
     cache = model(toks, jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache).cache
     cache = cache.with_lengths(jnp.array([4, 6]))
+    big = float(np.finfo(np.float32).max)
     poisoned = cache.__class__(
-        k=tuple(a.at[0, :, 4:].set(jnp.nan).at[1, :, 6:].set(jnp.nan) for a in cache.k),
-        v=tuple(a.at[0, :, 4:].set(jnp.nan).at[1, :, 6:].set(jnp.nan) for a in cache.v),
+        k=tuple(a.at[0, :, 4:].set(big).at[1, :, 6:].set(-big) for a in cache.k),
+        v=tuple(a.at[0, :, 4:].set(-big).at[1, :, 6:].set(big) for a in cache.v),
         lengths=cache.lengths,
     )
+    bad = jnp.full((B, 10) + cache.k[0].shape[1:2] + cache.k[0].shape[3:], jnp.nan)
+    bad = bad.at[1].set(jnp.inf)
+    written = cache.write((bad,) * len(cache.k), (bad,) * len(cache.v), cache.lengths)
+    for a in written.k + written.v:
+        assert np.isfinite(np.asarray(a)).all()
+        assert not np.asarray(a)[0, :, 4:14].any() and not np.asarray(a)[1, :, 6:16].any()
     nxt = jnp.array([[5, 7], [9, 11]], jnp.int32)
     pos = cache.lengths[:, None] + jnp.arange(2)[None]
     a = model(nxt, pos, cache).logits
-    b = model(nxt, pos, poisoned).logits
-    assert np.isfinite(np.asarray(b)).all()
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for other in (poisoned, written):
+        b = model(nxt, pos, other).logits
+        assert np.isfinite(np.asarray(b)).all()
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_tree_mask_equals_path_forward():

@@ -131,10 +131,12 @@ def test_tree_verify_logits_equal_plain_decoding_of_each_path(target, impl):
     cache = target.init_cache(B, S)
     cache = target(jnp.asarray(pt), jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache
                    ).cache.with_lengths(lens)
-    # poison the scratch past each row's length: a wrong read shows up as NaN
+    # poison the scratch past each row's length with the largest finite float (a cache holds
+    # no NaN or inf, specjax.cache.write_block): a wrong read shows up as inf or NaN
     poison = jnp.arange(S)[None, None, :, None] >= lens[:, None, None, None]  # [B, KVH, S, Dh]
-    cache = cache.__class__(k=tuple(jnp.where(poison, jnp.nan, a) for a in cache.k),
-                            v=tuple(jnp.where(poison, jnp.nan, a) for a in cache.v),
+    big = float(np.finfo(np.float32).max)
+    cache = cache.__class__(k=tuple(jnp.where(poison, big, a) for a in cache.k),
+                            v=tuple(jnp.where(poison, -big, a) for a in cache.v),
                             lengths=cache.lengths)
     root = jnp.asarray([p[-1] for p in prompts], jnp.int32)
     block = jnp.concatenate([root[:, None], toks], axis=1)

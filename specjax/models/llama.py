@@ -366,8 +366,10 @@ def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
     if not prefix_empty:
         p1 = jnp.exp(s1 - m)
         l = l + jnp.sum(p1, axis=-1)
-        v1 = jnp.where(pre[:, None, :, None], v_cache.astype(dtype), 0)
-        out = out + jnp.einsum("bkgts,bksd->btkgd", p1.astype(dtype), v1,
+        # scratch slots are weighted by exact zeros and hold finite values (the cache
+        # writes store no NaN or inf, specjax.cache.write_block): no masked copy of the
+        # values (it cost every layer's buffer in every forward)
+        out = out + jnp.einsum("bkgts,bksd->btkgd", p1.astype(dtype), v_cache.astype(dtype),
                                preferred_element_type=dtype)
     l = jnp.where(l == 0.0, 1.0, l)  # [B, KVH, G, T]
     return out / jnp.transpose(l, (0, 3, 1, 2))[..., None].astype(dtype)

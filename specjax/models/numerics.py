@@ -560,8 +560,10 @@ def _product_attention(q, k_all, v_all, pre, m_t, dtype):
     neg = jnp.float32(-jnp.inf)
     r_tok, n_chunks = row_plan(T, "attention", (G, hd, S), dtype)
     Tp = r_tok * n_chunks
-    # slots no query reads may hold scratch (possibly non-finite): 0 * NaN would leak
-    v1 = jnp.where(jnp.any(pre, axis=1)[:, None, :, None], v_all.astype(dtype), 0)
+    # slots no query reads hold finite scratch (specjax.cache.write_block stores no NaN or
+    # inf) under exact zero weights: read as they are, not through a masked copy of every
+    # layer's values in every forward
+    v1 = v_all.astype(dtype)
     k1 = k_all.astype(dtype)
 
     def product_part(args):
