@@ -118,8 +118,11 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
     committed entries. A non-finite entry is written as 0: a cache holds only finite values
     (zeros where nothing was written), so the attention's products may read scratch slots
     under exact zero weights (``0 * x == 0``) instead of masking a copy of every layer's
-    values in every forward (``split_attention``).
+    values in every forward (``split_attention``). A value the model itself overflowed to is
+    read raw by the forward that computed it (its own block) and as 0 by later ones; either
+    way such a row's output is already meaningless.
     """
+    new = new.astype(buf.dtype)  # first: a narrower cache may overflow to inf in the cast
     new = jnp.where(jnp.isfinite(new), new, jnp.zeros((), new.dtype))
     B, T = new.shape[:2]
     if T == 1:
@@ -134,7 +137,7 @@ def write_block(buf: jax.Array, new: jax.Array, offsets: jax.Array) -> jax.Array
     else:
         idx = offsets[:, None] + jnp.arange(T, dtype=jnp.int32)[None, :]
     # rows and slots are advanced indices around a slice: the updates are [B, T, KVH, Dh]
-    return buf.at[jnp.arange(B)[:, None], :, idx].set(new.astype(buf.dtype), mode="drop")
+    return buf.at[jnp.arange(B)[:, None], :, idx].set(new, mode="drop")
 
 
 def slots_of(buf: jax.Array, idx: jax.Array) -> jax.Array:

@@ -455,16 +455,19 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     return Method(drafter, policy, verifier)
 
 
-def changed_options(component) -> dict:
+def changed_options(component, beside: tuple[str, ...] = ("max_k",)) -> dict:
     """A policy's or verifier's options that differ from its class defaults, as JSON values
-    (``{}`` for a component that is not a dataclass). Bench journals record them, so a run
-    continued after a default changed (``min_gain`` of the heads above batch 1) is refused
-    rather than mixed with the earlier runs."""
+    (``{}`` for a component that is not a dataclass), leaving out the fields in ``beside``
+    (recorded next to the name) and those marked ``metadata={"recorded": False}``: costs
+    measured on the machine, a file path of this checkout. Bench journals record them, so a
+    run continued after a builder's default changed (``min_gain`` of the heads above batch
+    1, :data:`BATCHED_DEFAULTS`) is refused rather than mixed with the earlier runs; a
+    changed class default leaves both sides at ``{}`` and is not caught."""
     if component is None or not dataclasses.is_dataclass(component):
         return {}
     out = {}
     for f in dataclasses.fields(component):
-        if not f.init or f.name in ("max_k", "threshold"):  # recorded beside the name
+        if not f.init or f.name in beside or f.metadata.get("recorded", True) is False:
             continue
         if f.default is not dataclasses.MISSING:
             default = f.default
@@ -479,11 +482,12 @@ def changed_options(component) -> dict:
 
 
 def _json_value(value):
-    """Tuples as lists and NumPy scalars as Python numbers (a cost curve read from JSON)."""
+    """Tuples as lists and NumPy/JAX arrays and scalars as Python values."""
     if isinstance(value, (tuple, list)):
         return [_json_value(v) for v in value]
-    item = getattr(value, "item", None)
-    return item() if callable(item) and getattr(value, "shape", None) == () else value
+    if hasattr(value, "shape") and hasattr(value, "tolist"):
+        return value.tolist()
+    return value
 
 
 def describe(drafter, policy, verifier=None) -> dict:
@@ -495,7 +499,7 @@ def describe(drafter, policy, verifier=None) -> dict:
     out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
            "verifier": getattr(verifier, "name", "exact"),
            "exact": bool(getattr(verifier, "exact", True)),
-           "policy_options": changed_options(policy),
+           "policy_options": changed_options(policy, ("max_k", "threshold")),
            "verifier_options": changed_options(verifier)}
     for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram",
               "description"):

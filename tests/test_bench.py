@@ -620,9 +620,15 @@ def test_journal_refuses_a_changed_policy_default(tmp_path):
     from specjax.errors import BenchError
     from specjax.policies.adaptive import AdaptivePolicy
 
+    from specjax.verifiers.typical import TypicalVerifier
+
     assert methods.changed_options(AdaptivePolicy(max_k=3)) == {}
-    opts = methods.changed_options(AdaptivePolicy(max_k=3, min_gain=1.1, cost=(1.0, 1.5)))
-    assert opts == {"min_gain": 1.1, "cost": [1.0, 1.5]}
+    # costs measured on the machine are left out: a journal continues on another machine
+    opts = methods.changed_options(AdaptivePolicy(max_k=3, min_gain=1.1, cost=(1.0, 1.5),
+                                                  step_cost=(1.0, 1.2, 1.3, 1.4),
+                                                  draft_cost=0.1))
+    assert opts == {"min_gain": 1.1}
+    assert methods.changed_options(TypicalVerifier(threshold=0.2)) == {"threshold": 0.2}
     assert methods.changed_options(None) == {}
 
     def header(options):

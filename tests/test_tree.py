@@ -131,10 +131,10 @@ def test_tree_verify_logits_equal_plain_decoding_of_each_path(target, impl):
     cache = target.init_cache(B, S)
     cache = target(jnp.asarray(pt), jnp.broadcast_to(jnp.arange(P)[None], (B, P)), cache
                    ).cache.with_lengths(lens)
-    # poison the scratch past each row's length with the largest finite float (a cache holds
+    # poison the scratch past each row's length with the largest finite bfloat16 (a cache holds
     # no NaN or inf, specjax.cache.write_block): a wrong read shows up as inf or NaN
     poison = jnp.arange(S)[None, None, :, None] >= lens[:, None, None, None]  # [B, KVH, S, Dh]
-    big = float(np.finfo(np.float32).max)
+    big = float(jnp.finfo(jnp.bfloat16).max)  # exact in float32, TF32 and bf16
     cache = cache.__class__(k=tuple(jnp.where(poison, big, a) for a in cache.k),
                             v=tuple(jnp.where(poison, -big, a) for a in cache.v),
                             lengths=cache.lengths)

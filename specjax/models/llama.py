@@ -360,7 +360,8 @@ def split_attention(qg, k_cache, v_cache, lengths, k_win, v_win, mask, dtype,
     m = jnp.where(jnp.isneginf(m), 0.0, m)[..., None]  # a query that sees nothing: zeros
     p2 = jnp.exp(s2 - m)
     l = jnp.sum(p2, axis=-1)
-    # entries no query may read hold scratch (possibly non-finite): 0 * NaN would leak
+    # the window may be the new block itself, as the model computed it (a value it
+    # overflowed is not yet written as 0): entries no query reads are zeroed, 0 * NaN leaks
     v2 = jnp.where(jnp.any(mask, axis=1)[:, :, None, None], v_win.astype(dtype), 0)
     out = jnp.einsum("bkgtw,bwkd->btkgd", p2.astype(dtype), v2, preferred_element_type=dtype)
     if not prefix_empty:

@@ -243,6 +243,7 @@ def check_draft_costs(policy) -> None:
 def draft_cost_field():
     """``draft_cost`` of a cost-aware policy (with the verify curve ``cost``)."""
     return dataclasses.field(default=0.0, metadata={
+        "recorded": False,  # measured on the machine: see specjax.methods.changed_options
         "help": "cost of one drafted token relative to a plain step at this batch size, with "
         "the verify curve (a number; auto | refresh: measure step_cost instead, the default "
         "for a model-based drafter; builtin: 0)"})
@@ -251,6 +252,7 @@ def draft_cost_field():
 def draft_overhead_field():
     """``draft_overhead`` of a cost-aware policy (with the verify curve ``cost``)."""
     return dataclasses.field(default=0.0, metadata={
+        "recorded": False,
         "help": "fixed cost of a step that drafts at all, relative to a plain step (0 unless "
         "given; a number)"})
 
@@ -258,6 +260,7 @@ def draft_overhead_field():
 def step_cost_field():
     """``step_cost`` of a cost-aware policy (:func:`policy_step_cost`)."""
     return dataclasses.field(default=(), metadata={
+        "recorded": False,
         "help": "cost of a step that drafts k = 0..max_k tokens relative to a plain step "
         "(1 first); when given it replaces cost, draft_cost and draft_overhead (default: "
         "measured in the decode loop on this machine for a model-based drafter, cached)"})
@@ -292,6 +295,7 @@ def _parse_cost(value: str, args) -> tuple[float, ...] | str:
 class AdaptivePolicy:
     max_k: int = max_k_field()
     cost: tuple[float, ...] = dataclasses.field(default=DEFAULT_COST, metadata={
+        "recorded": False,
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens, or a "
         "verify-curve JSON (FILE.json or FILE.json#B); default: the built-in curve that fits "
         "the target (float or w8a8)"})

@@ -51,6 +51,7 @@ from specjax.policies.base import POLICIES, check_max_k, max_k_field
 class SmartSpecPolicy:
     max_k: int = max_k_field()
     cost: tuple[float, ...] = dataclasses.field(default=DEFAULT_COST, metadata={
+        "recorded": False,  # measured on the machine: see specjax.methods.changed_options
         "parse": _parse_cost, "help": "relative verify cost of T = 1, 2, ... tokens at this "
         "batch size (default: measured on this machine and cached; builtin | refresh | "
         "FILE.json[#B] | comma-separated values)"})

@@ -56,6 +56,7 @@ def shipped_head_for(drafter) -> str | None:
 class SpecDecPPPolicy:
     max_k: int = max_k_field()
     acc_head: str = dataclasses.field(default="", metadata={
+        "recorded": False,  # a path of this checkout: see specjax.methods.changed_options
         "help": "acceptance head directory (specjax train acceptance --out DIR: DIR/head)"})
     threshold: float = dataclasses.field(default=0.7, metadata={
         "help": "stop a row once the predicted probability that some draft token of the step "
