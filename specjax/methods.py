@@ -18,6 +18,7 @@ from specjax.drafters.base import DRAFTERS
 from specjax.errors import DrafterError
 from specjax.policies import POLICIES
 from specjax.policies.adaptive import tree_step_cost
+from specjax.registry import field_default
 from specjax.verifiers import VERIFIERS
 
 METHODS = ("ar",) + tuple(DRAFTERS.names())
@@ -469,14 +470,8 @@ def changed_options(component, beside: tuple[str, ...] = ("max_k",)) -> dict:
     for f in dataclasses.fields(component):
         if not f.init or f.name in beside or f.metadata.get("recorded", True) is False:
             continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = dataclasses.MISSING
         value = getattr(component, f.name)
-        if value != default:
+        if value != field_default(f):
             out[f.name] = _json_value(value)
     return out
 

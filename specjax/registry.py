@@ -52,7 +52,8 @@ def _type_name(tp) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _default_of(f: dataclasses.Field):
+def field_default(f: dataclasses.Field):
+    """A dataclass field's default (its factory's value), or ``dataclasses.MISSING``."""
     if f.default is not dataclasses.MISSING:
         return f.default
     if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
@@ -215,7 +216,7 @@ class Registry:
             hints = typing.get_type_hints(e.config)
             opts = []
             for f in _options(e.config):
-                d = _default_of(f)
+                d = field_default(f)
                 opts.append({"name": f.name, "type": _type_name(hints[f.name]),
                              "default": None if d is dataclasses.MISSING else d,
                              "required": d is dataclasses.MISSING,
