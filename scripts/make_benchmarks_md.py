@@ -146,8 +146,10 @@ def bench_section(d: dict, title: str, png: str | None) -> list[str]:
     if configs:
         out += ["", "Method configurations:", ""]
         for m, c in configs.items():
-            out.append(f"- `{m}`: " + ", ".join(f"{k}={v}" for k, v in c.items()
-                                                 if k != "method" and v != {}))
+            # every resolved option (`*_settings`) is for journals; the changed ones show
+            out.append(f"- `{m}`: " + ", ".join(
+                f"{k}={v}" for k, v in c.items()
+                if k != "method" and v != {} and not k.endswith("_settings")))
     if png:
         out += ["", f"![{title}](results/{png})"]
     out.append("")

@@ -460,10 +460,21 @@ def changed_options(component, beside: tuple[str, ...] = ("max_k",)) -> dict:
     """A policy's or verifier's options that differ from its class defaults, as JSON values
     (``{}`` for a component that is not a dataclass), leaving out the fields in ``beside``
     (recorded next to the name) and those marked ``metadata={"recorded": False}``: costs
-    measured on the machine, a file path of this checkout. Bench journals record them, so a
-    run continued after a builder's default changed (``min_gain`` of the heads above batch
-    1, :data:`BATCHED_DEFAULTS`) is refused rather than mixed with the earlier runs; a
-    changed class default leaves both sides at ``{}`` and is not caught."""
+    measured on the machine, a file path of this checkout. Results files show them (what a
+    reader needs to rebuild the method); journals compare :func:`option_settings`."""
+    return _recorded_options(component, beside, changed_only=True)
+
+
+def option_settings(component, beside: tuple[str, ...] = ("max_k",)) -> dict:
+    """Every recorded option of a policy or verifier as resolved, defaults included (the
+    same fields as :func:`changed_options`). Bench journals record them (``policy_settings``,
+    ``verifier_settings``), so a run continued after a default changed, a builder's
+    (``min_gain`` of the heads above batch 1, :data:`BATCHED_DEFAULTS`) or a class's, is
+    refused rather than mixed with the earlier runs."""
+    return _recorded_options(component, beside, changed_only=False)
+
+
+def _recorded_options(component, beside: tuple[str, ...], changed_only: bool) -> dict:
     if component is None or not dataclasses.is_dataclass(component):
         return {}
     out = {}
@@ -471,7 +482,7 @@ def changed_options(component, beside: tuple[str, ...] = ("max_k",)) -> dict:
         if not f.init or f.name in beside or f.metadata.get("recorded", True) is False:
             continue
         value = getattr(component, f.name)
-        if value != field_default(f):
+        if not changed_only or value != field_default(f):
             out[f.name] = _json_value(value)
     return out
 
@@ -486,16 +497,19 @@ def _json_value(value):
 
 
 def describe(drafter, policy, verifier=None) -> dict:
-    """The method's settings for results files: names, the drafter's main options, and the
+    """The method's settings for results files: names, the drafter's main options, the
     policy's and verifier's options that differ from their defaults (``policy_options``,
-    ``verifier_options``)."""
+    ``verifier_options``) and all of them as resolved (``policy_settings``,
+    ``verifier_settings``: what a journal compares)."""
     if drafter is None:
         return {"method": "ar"}
     out = {"method": drafter.name, "k": drafter.max_k, "policy": policy.name,
            "verifier": getattr(verifier, "name", "exact"),
            "exact": bool(getattr(verifier, "exact", True)),
            "policy_options": changed_options(policy, ("max_k", "threshold")),
-           "verifier_options": changed_options(verifier)}
+           "verifier_options": changed_options(verifier),
+           "policy_settings": option_settings(policy, ("max_k", "threshold")),
+           "verifier_settings": option_settings(verifier)}
     for f in ("exit_layer", "exit_layers", "skip_attn", "skip_mlp", "min_ngram", "max_ngram",
               "description"):
         if hasattr(drafter, f):

@@ -653,6 +653,48 @@ def test_journal_refuses_a_changed_policy_default(tmp_path):
         Journal(old, {**header({}), "configs": {"medusa": {"method": "medusa", "k": 4}}}).load()
 
 
+def test_journal_compares_every_resolved_option(tmp_path):
+    """Journals record every policy and verifier option as resolved (``*_settings``), so a
+    changed class default is refused too (the changed options stay ``{}`` on both sides), a
+    default pinned after it changed is not (same settings, other changed options), and a
+    journal that recorded only the changed options compares those, as it did."""
+    from specjax import methods
+    from specjax.bench.journal import Journal
+    from specjax.errors import BenchError
+    from specjax.policies.adaptive import AdaptivePolicy
+
+    settings = methods.option_settings(AdaptivePolicy(max_k=3, cost=(1.0, 1.5)))
+    assert settings["min_gain"] == 1.0 and settings["decay"] == 0.9
+    assert "max_k" not in settings and "cost" not in settings  # beside the name; measured
+    desc = methods.describe(type("D", (), {"name": "x", "max_k": 3})(),
+                            AdaptivePolicy(max_k=3, min_gain=1.1))
+    assert desc["policy_options"] == {"min_gain": 1.1}
+    assert desc["policy_settings"] == {**settings, "min_gain": 1.1}
+
+    def header(options, min_gain=None):
+        cfg = {"method": "medusa", "k": 3, "policy": "adaptive", "policy_options": options,
+               "verifier_options": {}}
+        if min_gain is not None:
+            cfg.update(policy_settings={**settings, "min_gain": min_gain},
+                       verifier_settings={})
+        return {"model": "m", "method_args": {"medusa": {}},
+                "configs": {"ar": {"method": "ar"}, "medusa": cfg}}
+
+    path = tmp_path / "j.jsonl"
+    Journal(path, header({}, 1.0)).load()
+    Journal(path, header({}, 1.0)).append({"group": "g1"})
+    assert Journal(path, header({}, 1.0)).load() == [{"group": "g1"}]
+    with pytest.raises(BenchError, match="min_gain"):  # the class default moved to 1.1
+        Journal(path, header({}, 1.1)).load()
+    # the class default moved to 1.1 and the run pins 1.0: the same settings
+    assert Journal(path, header({"min_gain": 1.0}, 1.0)).load() == [{"group": "g1"}]
+    changed_only = tmp_path / "changed.jsonl"  # written in the forty-eighth session
+    Journal(changed_only, header({})).load()
+    assert Journal(changed_only, header({}, 1.1)).load() == []
+    with pytest.raises(BenchError, match="min_gain"):
+        Journal(changed_only, header({"min_gain": 1.1}, 1.1)).load()
+
+
 def test_warm_snapshots_learn_the_answers_recorded_before_each_question(tmp_path):
     """Each question starts from the answers of the groups journaled before it (in journal
     order; a question the journal lacks from all of them); the drafter is left as it was; a

@@ -18,7 +18,7 @@ class Journal:
     (every method's runs on one batch of prompts). A line cut short by a crash is ignored.
     Where the header records the resolved configs (``configs``: every method's drafter,
     ``k``, policy and verifier with the defaults filled in, and since 2026-12-07 the policy's
-    and verifier's options that differ from their class defaults) and they match, the
+    and verifier's options, every one as resolved: see :func:`_comparable`) and they match, the
     arguments that produced them may differ: pinning a default (``policy=fixed``) keeps a
     journal going after that default changes.
     """
@@ -35,7 +35,7 @@ class Journal:
                 f.write(json.dumps({"header": self.header}) + "\n")
             return []
         old, records = read_journal(self.path)
-        new = _without_unrecorded_options(old, self.header)
+        old, new = _comparable(old, self.header)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         if diff == ["method_args"] and old.get("configs") is not None:
             # the same resolved configs (what the runs used, defaults included) spelled with
@@ -55,21 +55,38 @@ class Journal:
             os.fsync(f.fileno())
 
 
-_OPTION_KEYS = ("policy_options", "verifier_options")
+_CHANGED_KEYS = ("policy_options", "verifier_options")  # recorded since 2026-12-07
+_SETTINGS_KEYS = ("policy_settings", "verifier_settings")  # since 2026-12-07, later
 
 
-def _without_unrecorded_options(old: dict, new: dict) -> dict:
-    """``new`` as it compares with ``old``: a journal written before the resolved configs
-    recorded the policy's and verifier's changed options (2026-12-07) is compared without
-    them, as it was then (it cannot tell a changed default apart; journals written since
-    can)."""
+def _comparable(old: dict, new: dict) -> tuple[dict, dict]:
+    """The journal's header ``old`` and the run's ``new`` as they compare. Per method, where
+    the journal recorded every resolved option (``policy_settings``, ``verifier_settings``),
+    those are compared and the options that differ from class defaults are left out on both
+    sides: a default pinned after its class default changed resolves to the same settings
+    and keeps the journal going. A journal that recorded only the changed options
+    (``policy_options``, ``verifier_options``, the forty-eighth session) compares those, and
+    one from before either compares neither, as it did when it was written (neither can tell
+    a changed class default apart)."""
     oc, nc = old.get("configs"), new.get("configs")
     if not isinstance(oc, dict) or not isinstance(nc, dict):
-        return new
-    configs = {m: {k: v for k, v in cfg.items()
-                   if k not in _OPTION_KEYS or m not in oc or k in oc[m]}
-               for m, cfg in nc.items()}
-    return {**new, "configs": configs}
+        return old, new
+
+    def kept(m: str) -> tuple[str, ...]:
+        o = oc.get(m)
+        if not isinstance(o, dict):  # a method the journal lacks: the configs differ anyway
+            return _CHANGED_KEYS + _SETTINGS_KEYS
+        if any(k in o for k in _SETTINGS_KEYS):
+            return _SETTINGS_KEYS
+        return _CHANGED_KEYS if any(k in o for k in _CHANGED_KEYS) else ()
+
+    def strip(configs: dict) -> dict:
+        return {m: ({k: v for k, v in cfg.items()
+                     if k not in _CHANGED_KEYS + _SETTINGS_KEYS or k in kept(m)}
+                    if isinstance(cfg, dict) else cfg)
+                for m, cfg in configs.items()}
+
+    return {**old, "configs": strip(oc)}, {**new, "configs": strip(nc)}
 
 
 def read_journal(path: str | os.PathLike) -> tuple[dict, list[dict]]:
