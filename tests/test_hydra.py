@@ -134,6 +134,28 @@ def test_prefix_cache_and_context_after_every_step(target, tree, idle):
     assert flushed or not idle
 
 
+def test_prompt_pass_equals_the_whole_layer(target):
+    """``PrefixLayer.prompt`` (keys and values of every prompt position, the output at each
+    row's last position only) gives the whole layer's context vector and committed cache
+    over rows of different lengths."""
+    d = perturbed(drafters.make("hydra", target, k=3), seed=5)
+    layer = nnx.merge(d.graphdef, d.params()["heads"]).prefix
+    B, P, S = 3, 12, 20
+    rng = np.random.default_rng(0)
+    g = jnp.asarray(rng.standard_normal((B, P, layer.cfg.hidden_size)), jnp.float32)
+    lens = jnp.asarray([12, 5, 1], jnp.int32)
+    pos = jnp.broadcast_to(jnp.arange(P)[None], (B, P))
+    whole, ref = layer(g, pos, layer.init_cache(B, S), prefix_empty=True)
+    c, cache = layer.prompt(g, lens, layer.init_cache(B, S))
+    np.testing.assert_array_equal(np.asarray(cache.lengths), np.asarray(lens))
+    for b, n in enumerate(np.asarray(lens)):
+        np.testing.assert_allclose(np.asarray(c[b]), np.asarray(whole[b, n - 1]), atol=2e-5)
+        for got, want in ((cache.k[0], ref.k[0]), (cache.v[0], ref.v[0])):
+            np.testing.assert_allclose(np.asarray(got[b, :, :n]), np.asarray(want[b, :, :n]),
+                                       atol=2e-5)
+    assert float(jnp.abs(c - g[:, 0]).max()) > 1e-2  # the layer is not the identity
+
+
 # the fixed tree under -m long (the suite's time): every multi-draft rule is checked by exact
 # enumeration (tests/test_tree.py::test_multi_draft_rule_exact_by_enumeration), sampled trees
 # in tests/test_speculative.py, and Hydra's tree drafting by greedy identity here

@@ -71,19 +71,17 @@ class HydraDrafter:
     def init(self, params, target, prompt_tokens, prompt_lens, cache_len, features):
         heads = self._heads(params)
         g = features.final_hidden
-        B, P, _ = g.shape
+        B = g.shape[0]
         D = self.tree.depth if self.tree is not None else self.max_k
         if heads.prefix is None:
             cache = KVCache(k=(), v=(), lengths=prompt_lens)
-            c_all = g.astype(jnp.float32)
+            c = jnp.take_along_axis(g.astype(jnp.float32), (prompt_lens - 1)[:, None, None],
+                                    axis=1)[:, 0]
             pend = jnp.zeros((B, 0, g.shape[-1]), g.dtype)
-        else:
-            cache = heads.prefix.init_cache(B, cache_len + D + 2)
-            pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
-            c_all, cache = heads.context(g, pos, cache, prefix_empty=True)
-            cache = cache.with_lengths(prompt_lens)
+        else:  # the prompt's keys and values, and the output at its last position only
+            c, cache = heads.prefix.prompt(
+                g, prompt_lens, heads.prefix.init_cache(B, cache_len + D + 2))
             pend = jnp.zeros((B, D + 1, g.shape[-1]), g.dtype)
-        c = jnp.take_along_axis(c_all, (prompt_lens - 1)[:, None, None], axis=1)[:, 0]
         return HydraState(ctx=c, cache=cache, pend=pend, pend_n=jnp.zeros((B,), jnp.int32))
 
     def _flush(self, heads, state: HydraState, rows) -> HydraState:

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specjax.cache import KVCache
+from specjax.cache import KVCache, write_block
 from specjax.errors import CheckpointError, DrafterError
 from specjax.heads._attn import cached_attention
 from specjax.heads.files import check_target, describe, fill_state, read_head_conf, \
@@ -134,6 +134,36 @@ class PrefixLayer(nnx.Module):
         gate, up = jnp.split(linear(rms_norm(x, self.mlp_norm[...], c.rms_norm_eps),
                                     self.w_gate_up[...], dt), 2, axis=-1)
         return x + linear(jax.nn.silu(gate) * up, self.w_down[...], dt), cache
+
+    def prompt(self, x, lengths, cache: KVCache):
+        """A drafter's pass over the prompt: ``x[B, P, h]`` at positions ``0..P-1`` into a
+        fresh ``cache``, rows ``lengths`` long. Writes every position's keys and values and
+        computes the output at each row's last position only, the one output a drafter reads
+        (its context vector). Returns ``(out[B, h], cache)`` with ``lengths`` set.
+
+        The whole layer over the prompt (``__call__`` with ``prefix_empty=True``) also ran
+        the queries, the attention, the output projection and the MLP of every other
+        position: for SmolLM2's shapes the keys and values are 6% of the layer's products.
+        The last position's output agrees with the whole layer's to float rounding (its
+        attention reads the written keys as a cached prefix)."""
+        c = self.cfg
+        B, P, _ = x.shape
+        nh, kvh, hd = c.num_attn_heads, c.num_kv_heads, c.head_dim
+        dt = jnp.float32
+        x = x.astype(dt)
+        kv = linear(rms_norm(x, self.attn_norm[...], c.rms_norm_eps),
+                    self.wqkv[...][nh * hd:], dt)
+        k, v = jnp.split(kv, [kvh * hd], axis=-1)
+        pos = jnp.broadcast_to(jnp.arange(P, dtype=jnp.int32)[None], (B, P))
+        k = apply_rope(k.reshape(B, P, kvh, hd), pos, rope_inv_freq(hd, c.rope_theta, None))
+        start = jnp.zeros((B,), jnp.int32)
+        cache = KVCache(k=(write_block(cache.k[0], k, start),),
+                        v=(write_block(cache.v[0], v.reshape(B, P, kvh, hd), start),),
+                        lengths=start)
+        last = jnp.maximum(lengths.astype(jnp.int32) - 1, 0)
+        x_last = jnp.take_along_axis(x, last[:, None, None], axis=1)  # [B, 1, h]
+        out, cache = self(x_last, last[:, None], cache.with_lengths(last))
+        return out[:, 0], cache.with_lengths(lengths)
 
 
 class HydraHeads(nnx.Module):
