@@ -10,12 +10,10 @@ dimension 64), float32, one layer, jitted alone; medians of 60 calls, best of tw
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from specjax.bench.timing import median_seconds
 from specjax.models.numerics import cache_axis_sum, pad_rows, value_product
 
 SHAPES = [(1, 256, 1), (1, 256, 4), (4, 256, 1), (4, 256, 4), (1, 1088, 1), (1, 1088, 4),
@@ -33,14 +31,7 @@ def elementwise(p, v):
 
 
 def time_ms(fn, *args, calls: int = 60) -> float:
-    f = jax.jit(fn)
-    f(*args).block_until_ready()
-    ts = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        f(*args).block_until_ready()
-        ts.append(time.perf_counter() - t)
-    return float(np.median(ts)) * 1e3
+    return median_seconds(jax.jit(fn), *args, repeats=calls) * 1e3
 
 
 def main() -> None:
