@@ -656,8 +656,10 @@ def test_journal_refuses_a_changed_policy_default(tmp_path):
 def test_journal_compares_every_resolved_option(tmp_path):
     """Journals record every policy and verifier option as resolved (``*_settings``), so a
     changed class default is refused too (the changed options stay ``{}`` on both sides), a
-    default pinned after it changed is not (same settings, other changed options), and a
-    journal that recorded only the changed options compares those, as it did."""
+    default pinned after it changed is not (same settings, other changed options), an
+    option added to the class since is ignored at its default and refused when set, the
+    shipped heads' path of another checkout compares as the same, and a journal that
+    recorded only the changed options compares those, as it did."""
     from specjax import methods
     from specjax.bench.journal import Journal
     from specjax.errors import BenchError
@@ -684,10 +686,31 @@ def test_journal_compares_every_resolved_option(tmp_path):
     Journal(path, header({}, 1.0)).load()
     Journal(path, header({}, 1.0)).append({"group": "g1"})
     assert Journal(path, header({}, 1.0)).load() == [{"group": "g1"}]
-    with pytest.raises(BenchError, match="min_gain"):  # the class default moved to 1.1
-        Journal(path, header({}, 1.1)).load()
+    with pytest.raises(BenchError, match="policy_settings.*'min_gain': 1.1"):
+        Journal(path, header({}, 1.1)).load()  # the class default moved to 1.1
     # the class default moved to 1.1 and the run pins 1.0: the same settings
     assert Journal(path, header({"min_gain": 1.0}, 1.0)).load() == [{"group": "g1"}]
+    # an option added to the class since: at its default it is the old behaviour; set, not
+    added = header({}, 1.0)
+    added["configs"]["medusa"]["policy_settings"]["new_knob"] = 2
+    assert Journal(path, added).load() == [{"group": "g1"}]
+    added["configs"]["medusa"]["policy_options"] = {"new_knob": 2}
+    with pytest.raises(BenchError, match="new_knob"):
+        Journal(path, added).load()
+    # the shipped heads' path of another checkout (a fresh clone, a worktree) is the same
+
+    def described(text):
+        h = header({}, 1.0)
+        h["configs"]["medusa"]["description"] = text
+        return h
+
+    wt = tmp_path / "desc.jsonl"
+    Journal(wt, described("heads /tmp/wt/specjax/heads/shipped/m (step 3)")).load()
+    assert Journal(wt, described("heads /x/y/specjax/heads/shipped/m (step 3)")).load() == []
+    with pytest.raises(BenchError, match="description"):
+        Journal(wt, described("heads /x/y/specjax/heads/shipped/other (step 3)")).load()
+    with pytest.raises(BenchError, match="description"):
+        Journal(wt, described("heads /tmp/wt/runs/m (step 3)")).load()
     changed_only = tmp_path / "changed.jsonl"  # written in the forty-eighth session
     Journal(changed_only, header({})).load()
     assert Journal(changed_only, header({}, 1.1)).load() == []

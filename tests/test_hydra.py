@@ -153,7 +153,8 @@ def test_prompt_pass_equals_the_whole_layer(target):
         for got, want in ((cache.k[0], ref.k[0]), (cache.v[0], ref.v[0])):
             np.testing.assert_allclose(np.asarray(got[b, :, :n]), np.asarray(want[b, :, :n]),
                                        atol=2e-5)
-    assert float(jnp.abs(c - g[:, 0]).max()) > 1e-2  # the layer is not the identity
+    last = jnp.take_along_axis(g, (lens - 1)[:, None, None], axis=1)[:, 0]
+    assert float(jnp.abs(c - last).max(axis=-1).min()) > 1e-2  # no row is the identity
 
 
 # the fixed tree under -m long (the suite's time): every multi-draft rule is checked by exact

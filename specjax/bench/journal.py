@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from specjax.errors import BenchError
@@ -67,7 +68,10 @@ def _comparable(old: dict, new: dict) -> tuple[dict, dict]:
     and keeps the journal going. A journal that recorded only the changed options
     (``policy_options``, ``verifier_options``, the forty-eighth session) compares those, and
     one from before either compares neither, as it did when it was written (neither can tell
-    a changed class default apart)."""
+    a changed class default apart). An option added to a class after the journal began is
+    left out where the run leaves it at its default (not among the changed options), and a
+    description's path to the shipped heads is cut to ``specjax/heads/shipped/...``
+    (:func:`_checkout_free`), so the journal continues from another checkout."""
     oc, nc = old.get("configs"), new.get("configs")
     if not isinstance(oc, dict) or not isinstance(nc, dict):
         return old, new
@@ -80,13 +84,39 @@ def _comparable(old: dict, new: dict) -> tuple[dict, dict]:
             return _SETTINGS_KEYS
         return _CHANGED_KEYS if any(k in o for k in _CHANGED_KEYS) else ()
 
-    def strip(configs: dict) -> dict:
-        return {m: ({k: v for k, v in cfg.items()
-                     if k not in _CHANGED_KEYS + _SETTINGS_KEYS or k in kept(m)}
-                    if isinstance(cfg, dict) else cfg)
-                for m, cfg in configs.items()}
+    def strip(configs: dict, new_side: bool) -> dict:
+        out = {}
+        for m, cfg in configs.items():
+            if not isinstance(cfg, dict):
+                out[m] = cfg
+                continue
+            o = oc.get(m)
+            if new_side and isinstance(o, dict):
+                # an option added to a class since the journal began, left at its default
+                # (absent from the changed options), is taken to be the old behaviour
+                cfg = dict(cfg)
+                for k, changed in zip(_SETTINGS_KEYS, _CHANGED_KEYS):
+                    if isinstance(cfg.get(k), dict) and isinstance(o.get(k), dict):
+                        cfg[k] = {f: v for f, v in cfg[k].items()
+                                  if f in o[k] or f in (cfg.get(changed) or {})}
+            out[m] = {k: _checkout_free(v) if k == "description" else v
+                      for k, v in cfg.items()
+                      if k not in _CHANGED_KEYS + _SETTINGS_KEYS or k in kept(m)}
+        return out
 
-    return {**old, "configs": strip(oc)}, {**new, "configs": strip(nc)}
+    return ({**old, "configs": strip(oc, False)}, {**new, "configs": strip(nc, True)})
+
+
+_SHIPPED = re.compile(r"\S*?([/\\])specjax\1heads\1shipped\1")
+
+
+def _checkout_free(text):
+    """A drafter's description with the checkout's path to its shipped heads cut to
+    ``specjax/heads/shipped/...``: a journal continues from a fresh clone or a worktree of a
+    fixed commit (README: one table to one engine) as from the checkout that started it."""
+    if not isinstance(text, str):
+        return text
+    return _SHIPPED.sub(lambda mt: "specjax/heads/shipped/", text)
 
 
 def read_journal(path: str | os.PathLike) -> tuple[dict, list[dict]]:

@@ -111,6 +111,7 @@ def read_table(path: str) -> dict:
 class BatchTablePolicy:
     max_k: int = max_k_field()
     table: str = dataclasses.field(default="", metadata={
+        "recorded": False,  # a path of this checkout: see specjax.methods.changed_options
         "help": "the table file written by specjax bench --batch-sizes ... --batch-table FILE"})
     entries: tuple[tuple[int, int], ...] = dataclasses.field(default=(), init=False)
     name: str = dataclasses.field(default="batch_table", init=False)
