@@ -6,8 +6,12 @@ that draft nothing; the loop runs such a step as a plain decoding step plus the 
 pass). This times, inside the decode loop, seconds per target forward of plain decoding and
 of the method under a policy that never drafts, with the idle path on and off (off:
 ``propose`` and ``update`` run every step, drafting nothing: the engine before the idle
-path), at each batch size; medians of interleaved repeats after a compiling run. Prints JSON
-(``--out`` writes it too).
+path), at each batch size; medians of interleaved repeats after a compiling run. The
+``policy`` variant runs the method's own policy as ``methods.build`` resolves it at that batch
+size (above batch 1 the cost-aware ``adaptive``, which probes early on and then drafts
+nothing where drafting does not pay): the step cost a benchmark's method pays, less what the
+first steps (a probe among them) cost, since the difference of a short and a long run is
+timed. Prints JSON (``--out`` writes it too).
 
     python scripts/measure_idle_step.py --method eagle --batch-sizes 1,4
 """
@@ -50,7 +54,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=48)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--variants", default="plain,idle,propose-every-step",
-                    help="which of plain, idle, propose-every-step to time (plain is always)")
+                    help="which of plain, idle, propose-every-step, policy to time (plain is "
+                         "always)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -71,8 +76,13 @@ def main() -> None:
     cache_len = cache_length(a.prefix, long + 1)
 
     def per_forward(batch, variant):
-        def decode(n):
+        if variant == "policy":
+            m = own[batch]
+            kw = dict(drafter=m.drafter, policy=m.policy, verifier=m.verifier)
+        else:
             kw = {} if variant == "plain" else dict(drafter=drafter, policy=policy)
+
+        def decode(n):
             with idle_steps(variant != "propose-every-step"):
                 r = generate(lm.model, [prompt] * batch, max_new_tokens=n, cache_len=cache_len,
                              sampling=SamplingParams(temperature=0.0), batch_size=batch, **kw)
@@ -82,11 +92,14 @@ def main() -> None:
         return max(t2 - t1, 1e-9) / max(f2 - f1, 1)
 
     variants = tuple(dict.fromkeys(["plain"] + a.variants.split(",")))
-    unknown = set(variants) - {"plain", "idle", "propose-every-step"}
+    unknown = set(variants) - {"plain", "idle", "propose-every-step", "policy"}
     if unknown:
         ap.error(f"--variants: unknown {sorted(unknown)}")
+    batches = [int(x) for x in a.batch_sizes.split(",")]
+    own = {b: methods.build(a.method, lm, margs, batch=b, cache_len=cache_len)
+           for b in batches} if "policy" in variants else {}
     rows = []
-    for b in (int(x) for x in a.batch_sizes.split(",")):
+    for b in batches:
         for v in variants:  # compile
             per_forward(b, v)
         ts = {v: [] for v in variants}

@@ -272,7 +272,8 @@ def cmd_demo(args) -> int:
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
     from specjax.methods import (BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS,
-                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS, registry_table)
+                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS, SHIPPED_HEADS_ONLY,
+                                 registry_table)
 
     table = registry_table()
     if args.json:
@@ -299,7 +300,10 @@ def cmd_methods(args) -> int:
                                   ("as a chain above batch 1 without policy", BATCHED_DEFAULTS)):
                 defaults = table_.get(e["name"]) if kind == "drafters" else None
                 if defaults:
-                    print(f"    {label}: " + ", ".join(f"{k}={v}" for k, v in defaults.items()))
+                    print(f"    {label}: " + ", ".join(
+                        f"{k}={v}" + (" (without head=)" if table_ is BATCHED_DEFAULTS
+                                      and k in SHIPPED_HEADS_ONLY else "")
+                        for k, v in defaults.items()))
             for o in e["options"]:
                 d = "required" if o["required"] else f"default {_short(o['default'])}"
                 line = f"    {o['name']} ({o['type']}, {d})"

@@ -613,3 +613,34 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
                          batch=4).policy.name == "fixed"
     # model-free drafters keep their own defaults
     assert methods.build("ngram", lm, {}, batch=4).policy.name == "fixed"
+
+
+def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatch):
+    """Above batch 1 the Medusa-1 and Hydra++ heads (no head= given: the shipped ones) start
+    `adaptive` from their measured first-token acceptance at the even prior's weight, so a
+    machine whose one-token step costs too much for that acceptance (under the heads' 1.1
+    margin) decodes plainly from the start, and one where it costs little drafts; heads of
+    your own, and batch 1, keep the even prior."""
+    from specjax.engine import drafting_off, make_loop
+
+    for name, a in methods.HEADS_FIRST_ACCEPTANCE.items():
+        monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.3, 3: 1.8}))
+        m = methods.build(name, lm, {}, batch=4)
+        assert m.policy.prior_accepted == pytest.approx(2 * a, abs=1e-3), name
+        assert m.policy.prior_rejected == pytest.approx(2 * (1 - a), abs=1e-3), name
+        # 1 + a tokens (1.26-1.34) for 1.3 plain steps, under the 1.1 margin: no draft pays
+        why = m.policy.never_drafts()
+        assert why is not None and "min_gain" in why and f"({a:.2f})" in why, (name, why)
+        loop = make_loop(lm.model, drafter=m.drafter, policy=m.policy, verifier=m.verifier)
+        assert drafting_off(loop) == why
+        # the even prior would have drafted on that machine (1.5 tokens for 1.3 steps)
+        even = dataclasses.replace(m.policy, prior_accepted=1.0, prior_rejected=1.0)
+        assert even.never_drafts() is None
+        # a one-token step of 1.05 plain steps: the heads draft
+        monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.05, 3: 1.2}))
+        cheap = methods.build(name, lm, {"draft_cost": "refresh"}, batch=4).policy
+        assert cheap.step_cost[1] == pytest.approx(1.05) and cheap.never_drafts() is None
+        own = methods.build(name, lm, {"head": "random"}, batch=4).policy
+        assert (own.prior_accepted, own.prior_rejected, own.min_gain) == (1.0, 1.0, 1.1)
+        one = methods.build(name, lm, {"k": "3"}, batch=1).policy
+        assert (one.prior_accepted, one.prior_rejected) == (1.0, 1.0), name

@@ -228,8 +228,10 @@ def never_pays(policy, min_gain: float = 1.0, acceptance: float = 0.999) -> str 
     when = ("even if every drafted token were accepted" if acceptance >= 0.999 else
             f"at the acceptance estimate it starts from ({acceptance:.2f}), which does not "
             f"move while nothing is drafted")
+    margin = (f", under the {min_gain:g} tokens per plain step that min_gain asks for"
+              if min_gain != 1.0 else "")
     return (f"no draft pays {when}: the best, k = {k}, yields {best[k]:.2f} tokens for "
-            f"{step[k]:.2f} plain steps ({_cost_parts(policy, k)})")
+            f"{step[k]:.2f} plain steps{margin} ({_cost_parts(policy, k)})")
 
 
 def check_draft_costs(policy) -> None:
@@ -307,8 +309,12 @@ class AdaptivePolicy:
     idle_decay: float | None = dataclasses.field(default=None, metadata={
         "help": "decay of a row's counts on a step where it drafts nothing (default: decay); "
         "closer to 1, a row that stopped drafting probes again later"})
-    prior_accepted: float = 1.0
-    prior_rejected: float = 1.0
+    prior_accepted: float = dataclasses.field(default=1.0, metadata={
+        "help": "pseudo-count of accepted tokens every row's estimate starts from (with "
+                "prior_rejected: the acceptance a0 = accepted / (accepted + rejected) and its "
+                "weight); a run where no draft pays at a0 decodes plainly"})
+    prior_rejected: float = dataclasses.field(default=1.0, metadata={
+        "help": "pseudo-count of rejected tokens every row's estimate starts from"})
     min_gain: float = dataclasses.field(default=1.0, metadata={
         "help": "draft only when expected tokens per unit cost exceed this"})
     batch_value: str = dataclasses.field(default="finish", metadata={
