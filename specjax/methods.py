@@ -147,23 +147,28 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # 0.93-0.96x before), Hydra++ at 0.98x with rag 0.92x (where it drafted only a probe).
 # These defaults apply as a set where no `policy` is given.
 #
-# The shipped Medusa-1 and Hydra++ heads start `adaptive` above batch 1 from their measured
-# first-token acceptance, not the policy's even prior (0.5; since 2026-12-07, fiftieth
-# session): over the 130 Spec-Bench questions at batch 1 under their default policy
+# The Medusa-1 and Hydra++ heads without `head=` (the shipped ones; for a target with none
+# shipped, untrained heads, which accept less still) start `adaptive` above batch 1, when
+# decoding greedily, from the shipped heads' measured first-token acceptance, not the policy's
+# even prior (0.5; since 2026-12-07, fiftieth session): over the 130 Spec-Bench questions at
+# batch 1, greedy, under their default policy
 # (docs/results/spec_bench_heads_mh_default.journal.jsonl) Medusa-1's first drafted token was
 # accepted 2,574 times in 9,874 (0.26), Hydra++'s 3,397 in 10,138 (0.335), and at batch 4
 # 0.27-0.30 and 0.36-0.41 where they drafted. Both priors keep the even prior's weight (2
-# tokens). Where the machine's measured step costs say no draft pays at that acceptance (a
-# one-token step of 1.25-1.40 plain steps at batch 4 on this project's 2-core CPU) the run
-# decodes plainly from the start (specjax.engine.drafting_off): there the even prior probed
-# each batch, and the probes, the idle steps and Hydra++'s prefix pass cost it 2-3% (52
-# questions in batches of four, eight repeats: Hydra++ 0.975x, 95% 0.967-0.984,
-# configs/hydra_b4_all_repeats8.py); since, both run plain decoding's program at batch 4
-# here (configs/heads_b4_prior.py). Where a one-token step costs little more than a plain
-# one (a GPU) they draft. Heads of your own (`head=DIR`) keep the even prior.
+# tokens). Where the machine's measured step costs say no draft pays at that acceptance under
+# the margin (a one-token step of 1.25-1.31 plain steps at batch 4 with a 1,024-position cache
+# on this project's 2-core CPU, 1.27-1.40 with 256) the run decodes plainly from the start
+# (specjax.engine.drafting_off): there the even prior probed each batch, and the probes, the
+# idle steps and Hydra++'s prefix pass cost it 2-3% (52 questions in batches of four, eight
+# repeats: Hydra++ 0.975x, 95% 0.967-0.984, configs/hydra_b4_all_repeats8.py); since, both
+# run plain decoding's program at batch 4 here (configs/heads_b4_prior.py). Where a one-token
+# step costs under about 1.21 (Hydra++) or 1.15 (Medusa-1) plain steps the prior lets them
+# draft (tested with measured costs faked at 1.05; no GPU has run it). Heads given with
+# `head=`, a prior given in part, and sampled runs (the acceptance was measured greedy) keep
+# the even prior.
 HEADS_BATCHED_MIN_GAIN = 1.1
 HEADS_FIRST_ACCEPTANCE = {"medusa": 0.26, "hydra": 0.335}
-SHIPPED_HEADS_ONLY = ("prior_accepted", "prior_rejected")  # dropped where head= is given
+SHIPPED_HEADS_ONLY = ("prior_accepted", "prior_rejected")  # see above: where they apply
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     **{name: {"policy": "adaptive"}
        for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")},
@@ -348,7 +353,8 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
     batched = (BATCHED_DEFAULTS.get(name, {})
                if chain and batch > 1 and "policy" not in args else {})
-    if "head" in args:  # the heads' priors are the shipped heads' measured acceptance
+    if (args.get("head") is not None or not greedy
+            or any(k in args for k in SHIPPED_HEADS_ONLY)):  # the shipped heads' greedy prior
         batched = {k: v for k, v in batched.items() if k not in SHIPPED_HEADS_ONLY}
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
                 **batched}

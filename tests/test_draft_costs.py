@@ -616,11 +616,12 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
 
 
 def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatch):
-    """Above batch 1 the Medusa-1 and Hydra++ heads (no head= given: the shipped ones) start
-    `adaptive` from their measured first-token acceptance at the even prior's weight, so a
-    machine whose one-token step costs too much for that acceptance (under the heads' 1.1
-    margin) decodes plainly from the start, and one where it costs little drafts; heads of
-    your own, and batch 1, keep the even prior."""
+    """Above batch 1, greedy, the Medusa-1 and Hydra++ heads without head= (the shipped ones;
+    this tiny target has none, so untrained ones here) start `adaptive` from the shipped
+    heads' measured first-token acceptance at the even prior's weight, so a machine whose
+    one-token step costs too much for that acceptance (under the heads' 1.1 margin) decodes
+    plainly from the start, and one where it costs little drafts; heads given with head=,
+    a prior given in part, sampled runs and batch 1 keep the even prior."""
     from specjax.engine import drafting_off, make_loop
 
     for name, a in methods.HEADS_FIRST_ACCEPTANCE.items():
@@ -644,3 +645,10 @@ def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatc
         assert (own.prior_accepted, own.prior_rejected, own.min_gain) == (1.0, 1.0, 1.1)
         one = methods.build(name, lm, {"k": "3"}, batch=1).policy
         assert (one.prior_accepted, one.prior_rejected) == (1.0, 1.0), name
+        sampled = methods.build(name, lm, {}, batch=4, greedy=False).policy
+        assert (sampled.prior_accepted, sampled.prior_rejected) == (1.0, 1.0), name
+        part = methods.build(name, lm, {"prior_accepted": "3"}, batch=4).policy
+        assert (part.prior_accepted, part.prior_rejected) == (3.0, 1.0), name
+        # the batch defaults apply as a set: a policy or a tree given, no prior from them
+        fixed = methods.build(name, lm, {"policy": "fixed"}, batch=4).policy
+        assert fixed.name == "fixed", name
