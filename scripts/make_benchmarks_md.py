@@ -605,7 +605,13 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_heads_b4_prior", "The shipped Medusa-1 and Hydra++ heads' "
+    for name, title in (("bench_spec_bench_hydra_sampling", "The shipped Hydra++ heads when "
+                                                            "sampling (temperature 0.7), "
+                                                            "their batch-1 default (adaptive "
+                                                            "chains), Spec-Bench (10 questions "
+                                                            "per category, 128 tokens; issues "
+                                                            "21 and 23)"),
+                        ("bench_heads_b4_prior", "The shipped Medusa-1 and Hydra++ heads' "
                                                  "batch-4 default since it starts from their "
                                                  "measured first-token acceptance, eight "
                                                  "repeats (64 tokens; issue 23's 0.97x bar)"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from specjax._runtime import load_for_run
@@ -93,7 +94,8 @@ def cmd_generate(args) -> int:
     priced = args.cache_len or median_cache_length(map(len, ids), args.max_new_tokens)
     drafter, policy, verifier = methods.build(args.method, lm, method_args,
                                               batch=max(1, min(args.batch_size, len(ids))),
-                                              cache_len=priced, greedy=sampling.greedy)
+                                              cache_len=priced, greedy=sampling.greedy,
+                                              temperature=sampling.temperature)
     bar = tqdm(total=len(ids), desc="generate", unit="prompt", file=sys.stderr,
                disable=args.quiet)
     res = generate(lm.model, ids, max_new_tokens=args.max_new_tokens, sampling=sampling,
@@ -272,8 +274,8 @@ def cmd_demo(args) -> int:
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
     from specjax.methods import (BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS,
-                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS, SHIPPED_HEADS_ONLY,
-                                 registry_table)
+                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS,
+                                 HEAD_DRAFTERS, registry_table)
 
     table = registry_table()
     if args.json:
@@ -300,10 +302,10 @@ def cmd_methods(args) -> int:
                                   ("as a chain above batch 1 without policy", BATCHED_DEFAULTS)):
                 defaults = table_.get(e["name"]) if kind == "drafters" else None
                 if defaults:
-                    print(f"    {label}: " + ", ".join(
-                        f"{k}={v}" + (" (without head=)" if table_ is BATCHED_DEFAULTS
-                                      and k in SHIPPED_HEADS_ONLY else "")
-                        for k, v in defaults.items()))
+                    print(f"    {label}: " + ", ".join(f"{k}={v}" for k, v in defaults.items())
+                          + (", prior from the head file's measured acceptance, if recorded"
+                             if table_ is BATCHED_DEFAULTS and e["name"] in HEAD_DRAFTERS
+                             else ""))
             for o in e["options"]:
                 d = "required" if o["required"] else f"default {_short(o['default'])}"
                 line = f"    {o['name']} ({o['type']}, {d})"
@@ -478,6 +480,19 @@ def build_parser() -> argparse.ArgumentParser:
                          "int8 rows with a float32 scale each, the rest bfloat16, specjax "
                          "format only)")
     hc.set_defaults(fn=cmd_head_convert)
+    hr = hsub.add_parser("record-acceptance", help="count a head's first-token acceptance in "
+                         "a `specjax bench` journal and record it in the head's config.json, "
+                         "where `adaptive` starts from it above batch 1: specjax head "
+                         "record-acceptance JOURNAL --method LABEL --head DIR")
+    hr.add_argument("journal", help="a `specjax bench` journal (.journal.jsonl)")
+    hr.add_argument("--method", required=True, metavar="LABEL",
+                    help="the journal's method label whose chain drafts count (e.g. "
+                         "medusa@chain); a label that drafted a tree is refused")
+    hr.add_argument("--head", required=True, metavar="DIR",
+                    help="the head directory the journal's method loaded (the journal's "
+                         "description of it must name this directory)")
+    hr.add_argument("--dry-run", action="store_true", help="print the record, write nothing")
+    hr.set_defaults(fn=cmd_head_record_acceptance)
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
                         description="specjax train TASK --config FILE.py [--out-dir DIR] "
@@ -541,6 +556,35 @@ def cmd_head_convert(args) -> int:
             out = save_eagle_head(args.dst, cfg, state, draft_ids, tokenizer=lm.tokenizer,
                                   meta=meta, dtype=args.out_dtype)
     print(f"{desc} -> {out} ({to} format, {args.out_dtype})")
+    if conf.get("measured_acceptance"):
+        print(f"note: {conf_f}'s measured acceptance is not carried over; measure the new "
+              f"head and record it (specjax head record-acceptance)")
+    return 0
+
+
+def cmd_head_record_acceptance(args) -> int:
+    """``specjax head record-acceptance JOURNAL --method LABEL --head DIR``: the first drafted
+    tokens of LABEL's runs and how many were accepted, written into DIR/config.json at the
+    journal's temperature (:mod:`specjax.heads.measured`)."""
+    from pathlib import Path
+
+    from specjax.heads import measured
+
+    head = Path(args.head)
+    if not (head / "config.json").is_file():
+        raise CLIError(f"{head}: not a head directory (no config.json)")
+    rec = measured.count_journal(args.journal, args.method)
+    ran = measured.journal_head(args.journal, args.method)
+    if not re.search(rf"(^|[/\\ ]){re.escape(head.resolve().name)}($|[ ,/])", ran):
+        raise CLIError(f"{args.journal}: {args.method!r} ran {ran or 'no recorded head'!r}, "
+                       f"not the head in {head}")
+    line = (f"{args.method} at temperature {rec.temperature:g}, batch {rec.batch_size}: first "
+            f"token accepted {rec.accepted} of {rec.drafted} ({rec.rate:.3f}) over "
+            f"{rec.n_prompts} prompts of {rec.prompts or '?'}")
+    if args.dry_run:
+        print(line + " (not written: --dry-run)")
+        return 0
+    print(f"{line} -> {measured.record(head, rec)}")
     return 0
 
 

@@ -147,35 +147,61 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # 0.93-0.96x before), Hydra++ at 0.98x with rag 0.92x (where it drafted only a probe).
 # These defaults apply as a set where no `policy` is given.
 #
-# The Medusa-1 and Hydra++ heads without `head=` (the shipped ones; for a target with none
-# shipped, untrained heads, which accept less still) start `adaptive` above batch 1, when
-# decoding greedily, from the shipped heads' measured first-token acceptance, not the policy's
-# even prior (0.5; since 2026-12-07, fiftieth session): over the 130 Spec-Bench questions at
-# batch 1, greedy, under their default policy
-# (docs/results/spec_bench_heads_mh_default.journal.jsonl) Medusa-1's first drafted token was
-# accepted 2,574 times in 9,874 (0.26), Hydra++'s 3,397 in 10,138 (0.335), and at batch 4
-# 0.27-0.30 and 0.36-0.41 where they drafted. Both priors keep the even prior's weight (2
-# tokens). Where the machine's measured step costs say no draft pays at that acceptance under
-# the margin (a one-token step of 1.25-1.31 plain steps at batch 4 with a 1,024-position cache
-# on this project's 2-core CPU, 1.27-1.40 with 256) the run decodes plainly from the start
+# Above batch 1 the head drafters (`eagle`, `medusa`, `hydra`) under these defaults start
+# `adaptive` from the first-token acceptance their head file records for the run's
+# temperature (specjax.heads.measured; `specjax head record-acceptance`), at the even prior's
+# weight (2 tokens), instead of the even prior (0.5); a head without such a record, an
+# untrained head, a prior given in part, and batch 1 keep the even prior (since 2026-12-07,
+# fiftieth session, for the shipped heads greedy; since the fifty-first read from the head
+# files, and for sampled runs from a record at the nearest positive temperature). The shipped
+# Medusa-1 and Hydra++ files record Spec-Bench's 130 questions at batch 1: greedy, their first
+# drafted token was accepted 2,574 times in 9,874 (0.26) and 3,397 in 10,138 (0.335)
+# (docs/results/spec_bench_heads_mh_default.journal.jsonl); at temperature 0.7 Medusa-1's
+# 2,785 in 11,802 (0.236, docs/results/spec_bench_medusa_tree3_sampling.journal.jsonl) and
+# Hydra++'s from docs/results/spec_bench_hydra_sampling.journal.jsonl. Where the machine's
+# measured step costs say no draft pays at that acceptance under the margin (a one-token
+# step of 1.25-1.31 plain steps at batch 4 with a 1,024-position cache on this project's
+# 2-core CPU, 1.27-1.40 with 256) the run decodes plainly from the start
 # (specjax.engine.drafting_off): there the even prior probed each batch, and the probes, the
 # idle steps and Hydra++'s prefix pass cost it 2-3% (52 questions in batches of four, eight
 # repeats: Hydra++ 0.975x, 95% 0.967-0.984, configs/hydra_b4_all_repeats8.py); since, both
 # run plain decoding's program at batch 4 here (configs/heads_b4_prior.py). Where a one-token
 # step costs under about 1.21 (Hydra++) or 1.15 (Medusa-1) plain steps the prior lets them
-# draft (tested with measured costs faked at 1.05; no GPU has run it). Heads given with
-# `head=`, a prior given in part, and sampled runs (the acceptance was measured greedy) keep
-# the even prior.
+# draft (tested with measured costs faked at 1.05; no GPU has run it). The shipped EAGLE-3
+# head records nothing: it keeps the even prior, with which it pays at batch 4 here.
 HEADS_BATCHED_MIN_GAIN = 1.1
-HEADS_FIRST_ACCEPTANCE = {"medusa": 0.26, "hydra": 0.335}
-SHIPPED_HEADS_ONLY = ("prior_accepted", "prior_rejected")  # see above: where they apply
+HEAD_DRAFTERS = ("eagle", "medusa", "hydra")  # drafters that load a head file
+PRIOR_KEYS = ("prior_accepted", "prior_rejected")
+PRIOR_WEIGHT = 2.0  # the even prior's (1 accepted + 1 rejected), kept for a measured one
 BATCHED_DEFAULTS: dict[str, dict[str, Any]] = {
     **{name: {"policy": "adaptive"}
        for name in ("eagle", "medusa", "hydra", "draft_model", "early_exit", "layer_skip")},
-    **{name: {"policy": "adaptive", "min_gain": HEADS_BATCHED_MIN_GAIN,
-              "prior_accepted": round(2 * a, 3), "prior_rejected": round(2 * (1 - a), 3)}
-       for name, a in HEADS_FIRST_ACCEPTANCE.items()},
+    **{name: {"policy": "adaptive", "min_gain": HEADS_BATCHED_MIN_GAIN}
+       for name in ("medusa", "hydra")},
 }
+
+
+def _is_chain(args: dict) -> bool:
+    return str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
+
+
+def _batched_defaults_apply(name: str, args: dict, batch: int) -> bool:
+    """Whether :data:`BATCHED_DEFAULTS` apply (as a set): above batch 1, a chain, no policy
+    given."""
+    return batch > 1 and name in BATCHED_DEFAULTS and _is_chain(args) and "policy" not in args
+
+
+def head_prior(drafter, temperature: float | None) -> dict[str, float]:
+    """``prior_accepted`` / ``prior_rejected`` from the acceptance ``drafter``'s head file
+    records for ``temperature`` (:func:`specjax.heads.measured.acceptance_for`) at
+    :data:`PRIOR_WEIGHT`, or ``{}`` (no head file, no fitting record)."""
+    from specjax.heads.measured import acceptance_for
+
+    rec = acceptance_for(getattr(drafter, "head_dir", None), temperature)
+    if rec is None:
+        return {}
+    return {"prior_accepted": round(PRIOR_WEIGHT * rec.rate, 3),
+            "prior_rejected": round(PRIOR_WEIGHT * (1 - rec.rate), 3)}
 
 
 def static_tree(drafter):
@@ -350,12 +376,8 @@ def _split_args(name: str, args: dict | None, batch: int, greedy: bool = True):
     if batch == 1 and not {*GREEDY_B1_OFF, *LEGACY_TREE_KEYS} & set(args):
         b1 = GREEDY_B1_DEFAULTS if greedy else SAMPLED_B1_DEFAULTS
         args = {**b1.get(name, {}), **args}
-    chain = str(args.get("tree", "chain")).strip().lower() in ("", "chain", "none")
-    batched = (BATCHED_DEFAULTS.get(name, {})
-               if chain and batch > 1 and "policy" not in args else {})
-    if (args.get("head") is not None or not greedy
-            or any(k in args for k in SHIPPED_HEADS_ONLY)):  # the shipped heads' greedy prior
-        batched = {k: v for k, v in batched.items() if k not in SHIPPED_HEADS_ONLY}
+    chain = _is_chain(args)
+    batched = BATCHED_DEFAULTS.get(name, {}) if _batched_defaults_apply(name, args, batch) else {}
     defaults = {**DEFAULTS.get(name, {}), **(CHAIN_DEFAULTS.get(name, {}) if chain else {}),
                 **batched}
     merged = _fold_legacy_tree_keys(name, {**defaults, **args})
@@ -428,7 +450,8 @@ def _make_drafter(name: str, lm, d_args: dict, batch: int, *, measure: bool,
 
 
 def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
-          cache_len: int | None = None, greedy: bool = True) -> Method:
+          cache_len: int | None = None, greedy: bool = True,
+          temperature: float | None = None) -> Method:
     """Builds method ``name`` (its variant label after ``@`` is ignored) for the target.
 
     ``batch`` is the batch size it will decode at: a cost-aware policy's step costs are
@@ -446,7 +469,12 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
 
     ``cache_len`` is the KV-cache length the generations will compile, where known: the step
     costs, and above batch 1 the in-loop verify curve, are timed with a cache about that long
-    (:func:`specjax.buckets.probe_cache_length`; None: 256 positions)."""
+    (:func:`specjax.buckets.probe_cache_length`; None: 256 positions).
+
+    ``temperature`` (when sampling; greedy is 0): above batch 1 under those defaults a head
+    drafter starts ``adaptive`` from the first-token acceptance its head file records for
+    the run's temperature (:func:`head_prior`); sampling with ``temperature`` None, the even
+    prior."""
     name = base_method(name)
     if name == "ar":
         _check_ar(args)
@@ -469,6 +497,10 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
     fill = getattr(POLICIES.entry(pol_name).config, "defaults_for_drafter", None)
     if fill is not None:
         p_args = dict(fill(dict(p_args), drafter))
+    given = dict(args or {})
+    if (_batched_defaults_apply(name, given, batch) and set(PRIOR_KEYS) <= set(p_opts)
+            and not any(k in given for k in PRIOR_KEYS)):
+        p_args.update(head_prior(drafter, 0.0 if greedy else temperature))
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
     if tree is not None and not priced and "step_cost" in p_opts and not policy.step_cost:
         # a policy's k cuts the tree at depth k: price each depth by the nodes it verifies

@@ -615,18 +615,45 @@ def test_model_based_chains_default_policies(lm, monkeypatch):
     assert methods.build("ngram", lm, {}, batch=4).policy.name == "fixed"
 
 
-def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatch):
-    """Above batch 1, greedy, the Medusa-1 and Hydra++ heads without head= (the shipped ones;
-    this tiny target has none, so untrained ones here) start `adaptive` from the shipped
-    heads' measured first-token acceptance at the even prior's weight, so a machine whose
-    one-token step costs too much for that acceptance (under the heads' 1.1 margin) decodes
-    plainly from the start, and one where it costs little drafts; heads given with head=,
-    a prior given in part, sampled runs and batch 1 keep the even prior."""
-    from specjax.engine import drafting_off, make_loop
+def _head_dir(lm, name, path):
+    """An untrained ``name`` head for the tiny target saved as a head file at ``path``."""
+    target = lm.model
+    V = target.cfg.vocab_size
+    ids = np.arange(V)
+    if name == "medusa":
+        from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads, save_medusa_heads
 
-    for name, a in methods.HEADS_FIRST_ACCEPTANCE.items():
+        cfg = MedusaHeadConfig(num_heads=3, hidden_size=target.cfg.hidden_size, vocab_size=V,
+                               draft_vocab=V, target_layers=target.cfg.num_layers)
+        _, state = init_medusa_heads(cfg, target, ids)
+        return save_medusa_heads(path, cfg, state, ids)
+    from specjax.heads.hydra import HydraHeadConfig, init_hydra_heads, save_hydra_heads
+
+    cfg = HydraHeadConfig.for_target(target.cfg, 3, V)
+    _, state = init_hydra_heads(cfg, target, ids, seed=0)
+    return save_hydra_heads(path, cfg, state, ids)
+
+
+def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatch, tmp_path):
+    """Above batch 1 the Medusa-1 and Hydra++ heads start `adaptive` from the first-token
+    acceptance their head file records for the run's temperature, at the even prior's
+    weight, so a machine whose one-token step costs too much for that acceptance (under the
+    heads' 1.1 margin) decodes plainly from the start, and one where it costs little drafts;
+    a head without a record, a prior given in part, batch 1, a policy given, and sampling
+    at an unknown temperature keep the even prior."""
+    from specjax.engine import drafting_off, make_loop
+    from specjax.heads import measured
+
+    for name, a, a_hot in (("medusa", 0.26, 0.236), ("hydra", 0.335, 0.3)):
+        head = str(_head_dir(lm, name, tmp_path / name))
         monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.3, 3: 1.8}))
-        m = methods.build(name, lm, {}, batch=4)
+        bare = methods.build(name, lm, {"head": head}, batch=4).policy  # no record yet
+        assert (bare.prior_accepted, bare.prior_rejected, bare.min_gain) == (1.0, 1.0, 1.1)
+        assert bare.never_drafts() is None  # the even prior: 1.5 tokens for 1.3 steps
+        measured.record(head, measured.AcceptanceRecord(0.0, round(a * 1000), 1000))
+        measured.record(head, measured.AcceptanceRecord(0.7, round(a_hot * 1000), 1000))
+        m = methods.build(name, lm, {"head": head}, batch=4)
+        assert m.drafter.head_dir == head
         assert m.policy.prior_accepted == pytest.approx(2 * a, abs=1e-3), name
         assert m.policy.prior_rejected == pytest.approx(2 * (1 - a), abs=1e-3), name
         # 1 + a tokens (1.26-1.34) for 1.3 plain steps, under the 1.1 margin: no draft pays
@@ -634,21 +661,26 @@ def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatc
         assert why is not None and "min_gain" in why and f"({a:.2f})" in why, (name, why)
         loop = make_loop(lm.model, drafter=m.drafter, policy=m.policy, verifier=m.verifier)
         assert drafting_off(loop) == why
-        # the even prior would have drafted on that machine (1.5 tokens for 1.3 steps)
-        even = dataclasses.replace(m.policy, prior_accepted=1.0, prior_rejected=1.0)
-        assert even.never_drafts() is None
+        # sampling: the record at the nearest positive temperature, none when unknown
+        for t in (0.7, 1.0, 0.2):
+            hot = methods.build(name, lm, {"head": head}, batch=4, greedy=False,
+                                temperature=t).policy
+            assert hot.prior_accepted == pytest.approx(2 * a_hot, abs=1e-3), (name, t)
+        unknown = methods.build(name, lm, {"head": head}, batch=4, greedy=False).policy
+        assert (unknown.prior_accepted, unknown.prior_rejected) == (1.0, 1.0), name
         # a one-token step of 1.05 plain steps: the heads draft
         monkeypatch.setattr(dc, "measure_step_ratio", FakeSteps({1: 1.05, 3: 1.2}))
-        cheap = methods.build(name, lm, {"draft_cost": "refresh"}, batch=4).policy
+        cheap = methods.build(name, lm, {"head": head, "draft_cost": "refresh"},
+                              batch=4).policy
         assert cheap.step_cost[1] == pytest.approx(1.05) and cheap.never_drafts() is None
-        own = methods.build(name, lm, {"head": "random"}, batch=4).policy
-        assert (own.prior_accepted, own.prior_rejected, own.min_gain) == (1.0, 1.0, 1.1)
-        one = methods.build(name, lm, {"k": "3"}, batch=1).policy
+        untrained = methods.build(name, lm, {"head": "random"}, batch=4).policy
+        assert (untrained.prior_accepted, untrained.prior_rejected) == (1.0, 1.0), name
+        one = methods.build(name, lm, {"head": head, "k": "3"}, batch=1).policy
         assert (one.prior_accepted, one.prior_rejected) == (1.0, 1.0), name
-        sampled = methods.build(name, lm, {}, batch=4, greedy=False).policy
-        assert (sampled.prior_accepted, sampled.prior_rejected) == (1.0, 1.0), name
-        part = methods.build(name, lm, {"prior_accepted": "3"}, batch=4).policy
+        part = methods.build(name, lm, {"head": head, "prior_accepted": "3"}, batch=4).policy
         assert (part.prior_accepted, part.prior_rejected) == (3.0, 1.0), name
         # the batch defaults apply as a set: a policy or a tree given, no prior from them
-        fixed = methods.build(name, lm, {"policy": "fixed"}, batch=4).policy
+        own = methods.build(name, lm, {"head": head, "policy": "adaptive"}, batch=4).policy
+        assert (own.prior_accepted, own.prior_rejected, own.min_gain) == (1.0, 1.0, 1.0)
+        fixed = methods.build(name, lm, {"head": head, "policy": "fixed"}, batch=4).policy
         assert fixed.name == "fixed", name

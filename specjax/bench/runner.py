@@ -106,7 +106,8 @@ def run_bench(lm, items, methods: list[str], method_args: dict, *, max_new_token
         key = (m, batch_bucket(B))
         if key not in built_at:
             built_at[key] = build(m, lm, method_args.get(m, {}), batch=B,
-                                  cache_len=priced_cache, greedy=temperature == 0.0)
+                                  cache_len=priced_cache, greedy=temperature == 0.0,
+                                  temperature=temperature)
         return built_at[key]
 
     if sweep_only:  # the sweep's batch sizes are the only ones built

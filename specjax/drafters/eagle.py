@@ -61,6 +61,9 @@ class EagleDrafter:
     max_k: int
     tree: TreeSpec | None = None
     description: str = ""
+    # the head directory loaded (None: untrained); its config.json may record what the head
+    # was measured to accept (specjax.heads.measured)
+    head_dir: str | None = dataclasses.field(default=None, compare=False)
     name: str = "eagle"
     deterministic: bool = False
     _params: Any = dataclasses.field(default=None, compare=False, hash=False, repr=False)
@@ -295,4 +298,5 @@ def make_eagle(cfg: EagleConfig, target_lm) -> EagleDrafter:
         desc += ", w8a8"
     params = {"head": state, "draft_ids": jnp.asarray(draft_ids, jnp.int32)}
     return EagleDrafter(head_cfg=head_cfg, graphdef=graphdef, max_k=max_k, tree=spec,
-                        description=desc, _params=params, identity_digest=identity)
+                        description=desc, _params=params, identity_digest=identity,
+                        head_dir=None if head is None else str(head))

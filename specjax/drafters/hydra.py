@@ -57,6 +57,9 @@ class HydraDrafter:
     max_k: int
     tree: TreeSpec | None = None
     description: str = ""
+    # the head directory loaded (None: untrained); its config.json may record what the head
+    # was measured to accept (specjax.heads.measured)
+    head_dir: str | None = dataclasses.field(default=None, compare=False)
     name: str = "hydra"
     deterministic: bool = False
     features: FeatureSpec = FeatureSpec(final_hidden=True)
@@ -250,4 +253,5 @@ def make_hydra(cfg: HydraConfig, target_lm) -> HydraDrafter:
         desc = f"untrained {'hydra++' if cfg.prefix else 'hydra'} heads (seed {cfg.seed})"
     return HydraDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
                         description=desc,
+                        head_dir=None if head is None else str(head),
                         _params={"heads": state, "draft_ids": jnp.asarray(ids, jnp.int32)})

@@ -34,6 +34,9 @@ class MedusaDrafter:
     max_k: int
     tree: TreeSpec | None = None
     description: str = ""
+    # the head directory loaded (None: untrained); its config.json may record what the head
+    # was measured to accept (specjax.heads.measured)
+    head_dir: str | None = dataclasses.field(default=None, compare=False)
     name: str = "medusa"
     deterministic: bool = False
     features: FeatureSpec = FeatureSpec(final_hidden=True)
@@ -135,4 +138,5 @@ def make_medusa(cfg: MedusaConfig, target_lm) -> MedusaDrafter:
         desc = "untrained Medusa heads"
     return MedusaDrafter(head_cfg=hcfg, graphdef=graphdef, max_k=depth, tree=spec,
                          description=desc,
+                         head_dir=None if head is None else str(head),
                          _params={"heads": state, "draft_ids": jnp.asarray(ids, jnp.int32)})

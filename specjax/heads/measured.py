@@ -1,0 +1,159 @@
+"""What a head was measured to do, recorded in its ``config.json``: the first-token acceptance
+of its chain drafts, counted over a ``specjax bench`` journal, one record per temperature
+(``"measured_acceptance"``, a list). The cost-aware ``adaptive`` policy starts from it above
+batch 1 (:func:`specjax.methods.build`): there a one-token draft pays only when its first
+token is accepted often enough for its price, and starting from the even prior (0.5) made the
+shipped Medusa-1 and Hydra++ heads probe each batch on machines where, at the acceptance
+they reach, no draft pays.
+
+Written by ``specjax head record-acceptance JOURNAL --method LABEL --head DIR``; read by
+:func:`acceptance_for`. A record names the journal, prompts and options it was counted from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from specjax.atomic import write_text
+from specjax.errors import CheckpointError
+
+KEY = "measured_acceptance"
+
+
+@dataclasses.dataclass(frozen=True)
+class AcceptanceRecord:
+    """First drafted tokens ``accepted`` of ``drafted`` at ``temperature`` (0: greedy), over
+    ``n_prompts`` prompts of ``prompts`` at ``batch_size``, with ``method_args``."""
+
+    temperature: float
+    accepted: int
+    drafted: int
+    batch_size: int = 1
+    prompts: str = ""
+    n_prompts: int = 0
+    method: str = ""
+    method_args: dict = dataclasses.field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.drafted
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "rate": round(self.rate, 4)}
+
+
+def _check(rec: dict, where: str) -> AcceptanceRecord:
+    fields = {f.name for f in dataclasses.fields(AcceptanceRecord)}
+    if not isinstance(rec, dict):
+        raise CheckpointError(f"{where} must be an object, got {type(rec).__name__}")
+    missing = sorted({"temperature", "accepted", "drafted"} - set(rec))
+    if missing:
+        raise CheckpointError(f"{where} lacks {', '.join(missing)}")
+    try:
+        out = AcceptanceRecord(**{k: v for k, v in rec.items() if k in fields})
+        t, a, d = float(out.temperature), int(out.accepted), int(out.drafted)
+    except (TypeError, ValueError) as e:
+        raise CheckpointError(f"{where}: {e}") from None
+    if not (t >= 0 and d > 0 and 0 <= a <= d):
+        raise CheckpointError(f"{where}: needs temperature >= 0 and 0 <= accepted <= drafted "
+                              f"with drafted > 0, got {t}, {a}, {d}")
+    return dataclasses.replace(out, temperature=t, accepted=a, drafted=d)
+
+
+def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
+    """The acceptance records of ``head_dir/config.json`` (none: ``[]``); a malformed one is
+    an error naming the file and the record."""
+    conf_f = Path(head_dir) / "config.json"
+    try:
+        conf = json.loads(conf_f.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{conf_f}: unreadable head config: {e}") from None
+    recs = conf.get(KEY, [])
+    if not isinstance(recs, list):
+        raise CheckpointError(f"{conf_f}: {KEY!r} must be a list of records")
+    return [_check(r, f"{conf_f}: {KEY}[{i}]") for i, r in enumerate(recs)]
+
+
+def acceptance_for(head_dir: str | Path | None,
+                   temperature: float | None) -> AcceptanceRecord | None:
+    """The record a run at ``temperature`` starts from: greedy (0) the greedy record; sampled
+    the record of the nearest positive temperature (acceptance falls as the temperature
+    rises, so one measured at 0.7 is optimistic at 1.0 and the rows' own counts correct it
+    as they draft; one measured greedy is not used when sampling). None where the head has
+    no fitting record, or ``temperature`` is None (unknown)."""
+    if head_dir is None or temperature is None:
+        return None
+    recs = read_records(head_dir)
+    if temperature == 0:
+        fits = [r for r in recs if r.temperature == 0]
+    else:
+        fits = sorted((r for r in recs if r.temperature > 0),
+                      key=lambda r: (abs(r.temperature - temperature), r.temperature))
+    return fits[0] if fits else None
+
+
+def _read_journal(journal: str | Path) -> tuple[Path, dict, list]:
+    path = Path(journal)
+    try:
+        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{path}: not a readable bench journal: {e}") from None
+    header = next((x["header"] for x in lines if isinstance(x, dict) and "header" in x), None)
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: no header line: not a `specjax bench` journal")
+    return path, header, lines
+
+
+def _method_config(path: Path, header: dict, method: str) -> dict:
+    configs = header.get("configs") or {}
+    if method not in configs:
+        raise CheckpointError(f"{path}: no method {method!r}; it holds "
+                              f"{', '.join(configs) or 'none'}")
+    return configs[method]
+
+
+def count_journal(journal: str | Path, method: str) -> AcceptanceRecord:
+    """``method``'s (a bench label, e.g. ``medusa@chain``) first drafted tokens and how many
+    the target accepted, summed over every run of ``journal`` (a ``specjax bench`` journal).
+    A tree's first level is not a chain's first token: a label that drafted a tree is an
+    error, as is one the journal does not hold or whose runs drafted nothing."""
+    path, header, lines = _read_journal(journal)
+    conf = _method_config(path, header, method)
+    if conf.get("tree"):
+        raise CheckpointError(f"{path}: {method!r} drafted a tree ({conf['tree']}); a record "
+                              f"holds a chain's first-token acceptance")
+    drafted = accepted = 0
+    for x in lines:
+        for run in x.get("runs", []) if isinstance(x, dict) else []:
+            if run.get("method") == method and run.get("drafted_at"):
+                drafted += int(run["drafted_at"][0])
+                accepted += int((run.get("accepted_at") or [0])[0])
+    if drafted == 0:
+        raise CheckpointError(f"{path}: {method!r} drafted no token in its runs")
+    return AcceptanceRecord(
+        temperature=float(header.get("temperature") or 0.0), accepted=accepted,
+        drafted=drafted, batch_size=int(header.get("batch_size") or 1),
+        prompts=str(header.get("prompts") or ""), n_prompts=int(header.get("n_prompts") or 0),
+        method=method, method_args=dict((header.get("method_args") or {}).get(method) or {}),
+        source=path.name)
+
+
+def journal_head(journal: str | Path, method: str) -> str:
+    """The description ``journal`` records for ``method``'s drafter (it names the head)."""
+    path, header, _ = _read_journal(journal)
+    return str(_method_config(path, header, method).get("description", ""))
+
+
+def record(head_dir: str | Path, rec: AcceptanceRecord) -> Path:
+    """Writes ``rec`` into ``head_dir/config.json`` (atomically), replacing a record at the
+    same temperature and keeping every other key."""
+    conf_f = Path(head_dir) / "config.json"
+    old = read_records(head_dir)  # a malformed file is an error before anything is written
+    conf = json.loads(conf_f.read_text())
+    kept = [r.to_dict() for r in old if r.temperature != rec.temperature]
+    conf[KEY] = sorted(kept + [rec.to_dict()], key=lambda r: r["temperature"])
+    write_text(conf_f, json.dumps(conf, indent=2) + "\n")
+    return conf_f
