@@ -605,7 +605,13 @@ def main():
             lines += suffix_bound_section(b)
     for f in sorted(RES.glob("invariant_kernels_*.json")):
         lines += invariant_kernels_section(json.loads(f.read_text()), f.stem)
-    for name, title in (("bench_spec_bench_hydra_sampling", "The shipped Hydra++ heads when "
+    for name, title in (("bench_heads_b4_sampling", "The shipped Medusa-1 and Hydra++ heads' "
+                                                    "batch-4 default when sampling "
+                                                    "(temperature 0.7), starting from their "
+                                                    "sampled records, Spec-Bench (4 questions "
+                                                    "per category as batches of 4, 64 tokens, "
+                                                    "2 repeats; a scouting run)"),
+                        ("bench_spec_bench_hydra_sampling", "The shipped Hydra++ heads when "
                                                             "sampling (temperature 0.7), "
                                                             "their batch-1 default (adaptive "
                                                             "chains), Spec-Bench (10 questions "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 
 from specjax._runtime import load_for_run
@@ -274,8 +273,8 @@ def cmd_demo(args) -> int:
 def cmd_methods(args) -> int:
     """Lists every registered drafter, policy and verifier with its options and defaults."""
     from specjax.methods import (BATCHED_DEFAULTS, CHAIN_DEFAULTS, DEFAULTS,
-                                 GREEDY_B1_DEFAULTS, SAMPLED_B1_DEFAULTS,
-                                 HEAD_DRAFTERS, registry_table)
+                                 GREEDY_B1_DEFAULTS, HEAD_DRAFTERS, SAMPLED_B1_DEFAULTS,
+                                 registry_table)
 
     table = registry_table()
     if args.json:
@@ -575,16 +574,19 @@ def cmd_head_record_acceptance(args) -> int:
         raise CLIError(f"{head}: not a head directory (no config.json)")
     rec = measured.count_journal(args.journal, args.method)
     ran = measured.journal_head(args.journal, args.method)
-    if not re.search(rf"(^|[/\\ ]){re.escape(head.resolve().name)}($|[ ,/])", ran):
-        raise CLIError(f"{args.journal}: {args.method!r} ran {ran or 'no recorded head'!r}, "
-                       f"not the head in {head}")
+    measured.check_same_head(head, ran, f"{args.journal}: {args.method!r}")
     line = (f"{args.method} at temperature {rec.temperature:g}, batch {rec.batch_size}: first "
             f"token accepted {rec.accepted} of {rec.drafted} ({rec.rate:.3f}) over "
             f"{rec.n_prompts} prompts of {rec.prompts or '?'}")
     if args.dry_run:
         print(line + " (not written: --dry-run)")
         return 0
-    print(f"{line} -> {measured.record(head, rec)}")
+    replaced = measured.record(head, rec)
+    print(f"{line} -> {head / 'config.json'}")
+    if replaced is not None:
+        print(f"replaced the record at temperature {replaced.temperature:g}: accepted "
+              f"{replaced.accepted} of {replaced.drafted} ({replaced.rate:.3f}) at batch "
+              f"{replaced.batch_size}, from {replaced.source or '?'}")
     return 0
 
 

@@ -473,8 +473,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
 
     ``temperature`` (when sampling; greedy is 0): above batch 1 under those defaults a head
     drafter starts ``adaptive`` from the first-token acceptance its head file records for
-    the run's temperature (:func:`head_prior`); sampling with ``temperature`` None, the even
-    prior."""
+    the run's temperature (:func:`head_prior`; with the exact verifier only: a lossy one
+    accepts by another rule); sampling with ``temperature`` None, the even prior."""
     name = base_method(name)
     if name == "ar":
         _check_ar(args)
@@ -499,7 +499,8 @@ def build(name: str, lm, args: dict[str, Any] | None = None, *, batch: int = 1,
         p_args = dict(fill(dict(p_args), drafter))
     given = dict(args or {})
     if (_batched_defaults_apply(name, given, batch) and set(PRIOR_KEYS) <= set(p_opts)
-            and not any(k in given for k in PRIOR_KEYS)):
+            and not any(k in given for k in PRIOR_KEYS)
+            and ver_name in (None, "exact")):  # records hold what the exact rule accepts
         p_args.update(head_prior(drafter, 0.0 if greedy else temperature))
     policy = POLICIES.build(pol_name, p_args, max_k=drafter.max_k)
     if tree is not None and not priced and "step_cost" in p_opts and not policy.step_cost:

@@ -639,8 +639,8 @@ def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatc
     acceptance their head file records for the run's temperature, at the even prior's
     weight, so a machine whose one-token step costs too much for that acceptance (under the
     heads' 1.1 margin) decodes plainly from the start, and one where it costs little drafts;
-    a head without a record, a prior given in part, batch 1, a policy given, and sampling
-    at an unknown temperature keep the even prior."""
+    a head without a record, a prior given in part, batch 1, a policy given, a lossy
+    verifier, and sampling at an unknown temperature keep the even prior."""
     from specjax.engine import drafting_off, make_loop
     from specjax.heads import measured
 
@@ -677,6 +677,9 @@ def test_heads_start_from_their_measured_acceptance_above_batch_1(lm, monkeypatc
         assert (untrained.prior_accepted, untrained.prior_rejected) == (1.0, 1.0), name
         one = methods.build(name, lm, {"head": head, "k": "3"}, batch=1).policy
         assert (one.prior_accepted, one.prior_rejected) == (1.0, 1.0), name
+        lossy = methods.build(name, lm, {"head": head, "verifier": "typical"}, batch=4,
+                              greedy=False, temperature=0.7).policy  # records: the exact rule
+        assert (lossy.prior_accepted, lossy.prior_rejected) == (1.0, 1.0), name
         part = methods.build(name, lm, {"head": head, "prior_accepted": "3"}, batch=4).policy
         assert (part.prior_accepted, part.prior_rejected) == (3.0, 1.0), name
         # the batch defaults apply as a set: a policy or a tree given, no prior from them

@@ -14,16 +14,21 @@ from specjax.heads.shipped import ROOT
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 
 
-def journal(path, label="medusa@chain", temperature=0.0, tree=None, runs=(), head="h"):
-    """A bench journal: a header and one line of ``runs`` as (drafted_at, accepted_at)."""
-    conf = {"method": "medusa", "description": f"medusa heads /somewhere/{head} (step 3)"}
+def journal(path, label="medusa@chain", temperature=0.0, tree=None, runs=(), head="x/h",
+            exact=True, sweep_runs=()):
+    """A bench journal: a header, one line of ``runs`` as (drafted_at, accepted_at) and one
+    of a batch-size sweep's ``sweep_runs``."""
+    conf = {"method": "medusa", "description": f"medusa heads /somewhere/{head} (step 3)",
+            "exact": exact, "verifier": "exact" if exact else "typical"}
     if tree:
         conf["tree"] = tree
     lines = [{"header": {"temperature": temperature, "batch_size": 1, "prompts": "p.jsonl",
                          "n_prompts": len(runs), "method_args": {label: {"k": "3"}},
                          "configs": {"ar": {"method": "ar"}, label: conf}}},
              {"group": "g", "runs": [{"method": "ar", "drafted_at": None}] + [
-                 {"method": label, "drafted_at": d, "accepted_at": a} for d, a in runs]}]
+                 {"method": label, "drafted_at": d, "accepted_at": a} for d, a in runs]},
+             {"group": "s", "sweep": True, "runs": [
+                 {"method": label, "drafted_at": d, "accepted_at": a} for d, a in sweep_runs]}]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     return path
 
@@ -37,17 +42,19 @@ def head_dir(path, extra=None):
 
 def test_counts_first_tokens_and_records_one_per_temperature(tmp_path):
     j = journal(tmp_path / "j.jsonl", runs=[([10, 5, 5], [4, 1, 0]), ([6, 2], [2, 1]),
-                                            (None, None)])
+                                            (None, None)], sweep_runs=[([50], [50])])
     rec = measured.count_journal(j, "medusa@chain")
     assert (rec.temperature, rec.accepted, rec.drafted, rec.rate) == (0.0, 6, 16, 6 / 16)
     assert rec.method_args == {"k": "3"} and rec.source == "j.jsonl"
     h = head_dir(tmp_path / "h")
-    measured.record(h, rec)
+    (h / "config.json").chmod(0o644)
+    assert measured.record(h, rec) is None
+    assert (h / "config.json").stat().st_mode & 0o777 == 0o644  # its permissions kept
     hot = measured.count_journal(journal(tmp_path / "k.jsonl", temperature=0.7,
                                          runs=[([8], [2])]), "medusa@chain")
     measured.record(h, hot)
     again = measured.AcceptanceRecord(0.0, 3, 4)
-    measured.record(h, again)  # replaces the greedy record, keeps the sampled one
+    assert measured.record(h, again) == rec  # replaces the greedy record, keeps the other
     conf = json.loads((h / "config.json").read_text())
     assert conf["meta"] == {"step": 3} and conf["format"] == "specjax-medusa-1"
     assert [(r["temperature"], r["accepted"], r["drafted"]) for r in conf[measured.KEY]] == [
@@ -67,6 +74,12 @@ def test_bad_journals_and_records_are_named(tmp_path):
         measured.count_journal(j, "medusa@chain")
     with pytest.raises(CheckpointError, match="no method 'hydra'; it holds ar, medusa@chain"):
         measured.count_journal(j, "hydra")
+    lossy = journal(tmp_path / "l.jsonl", runs=[([4], [3])], exact=False)
+    with pytest.raises(CheckpointError, match="lossy verifier"):
+        measured.count_journal(lossy, "medusa@chain")
+    bad_run = journal(tmp_path / "b.jsonl", runs=[(["x"], [1])])
+    with pytest.raises(CheckpointError, match="a malformed run of 'medusa@chain'"):
+        measured.count_journal(bad_run, "medusa@chain")
     idle = journal(tmp_path / "i.jsonl", runs=[([0, 0], [0, 0])])
     with pytest.raises(CheckpointError, match="drafted no token"):
         measured.count_journal(idle, "medusa@chain")
@@ -83,6 +96,7 @@ def test_bad_journals_and_records_are_named(tmp_path):
                       ([{"temperature": -1, "accepted": 1, "drafted": 4}], "temperature >= 0"),
                       ([{"temperature": "hot", "accepted": 1, "drafted": 4}], "hot"),
                       (["x"], "must be an object")):
+        # (and a config that is no JSON object at all, below)
         h = head_dir(tmp_path / "bad", {measured.KEY: recs})
         with pytest.raises(CheckpointError, match=msg) as e:
             measured.acceptance_for(h, 0.0)
@@ -90,10 +104,13 @@ def test_bad_journals_and_records_are_named(tmp_path):
         with pytest.raises(CheckpointError):  # nothing is written over a malformed file
             measured.record(h, measured.AcceptanceRecord(0.0, 1, 2))
         assert json.loads((h / "config.json").read_text())[measured.KEY] == recs
+    (tmp_path / "bad" / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="must be a JSON object"):
+        measured.read_records(tmp_path / "bad")
 
 
 def test_record_acceptance_command(tmp_path, capsys):
-    h = head_dir(tmp_path / "h")
+    h = head_dir(tmp_path / "x" / "h")
     j = journal(tmp_path / "j.jsonl", runs=[([10], [4])])
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
                  "--head", str(h), "--dry-run"]) == 0
@@ -102,11 +119,22 @@ def test_record_acceptance_command(tmp_path, capsys):
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
                  "--head", str(h)]) == 0
     assert measured.acceptance_for(h, 0.0).rate == 0.4
-    other = head_dir(tmp_path / "h2")
+    again = journal(tmp_path / "k.jsonl", runs=[([10], [5])])
+    assert main(["head", "record-acceptance", str(again), "--method", "medusa@chain",
+                 "--head", str(h)]) == 0
+    assert "replaced the record at temperature 0: accepted 4 of 10" in capsys.readouterr().out
+    # every training run writes OUT/head: the parent must match too, and the step
+    for other, why in ((head_dir(tmp_path / "y" / "h"), "not the head in"),
+                       (head_dir(tmp_path / "h2"), "not the head in")):
+        assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
+                     "--head", str(other)]) == 2
+        assert why in capsys.readouterr().err
+        assert measured.KEY not in json.loads((other / "config.json").read_text())
+    later = head_dir(tmp_path / "z" / "x" / "h")
+    (later / "config.json").write_text(json.dumps({"meta": {"step": 4}}))
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
-                 "--head", str(other)]) == 2  # the journal's method loaded another head
-    assert "not the head in" in capsys.readouterr().err
-    assert measured.KEY not in json.loads((other / "config.json").read_text())
+                 "--head", str(later)]) == 2
+    assert "step 3; the head in" in capsys.readouterr().err
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@tree",
                  "--head", str(h)]) == 2
     assert "no method 'medusa@tree'" in capsys.readouterr().err
@@ -116,6 +144,7 @@ def test_record_acceptance_command(tmp_path, capsys):
     ("medusa", "medusa", "spec_bench_heads_mh_default", 0.0),
     ("medusa", "medusa@chain", "spec_bench_medusa_tree3_sampling", 0.7),
     ("hydra", "hydra", "spec_bench_heads_mh_default", 0.0),
+    ("hydra", "hydra", "spec_bench_hydra_sampling", 0.7),
 ])
 def test_shipped_records_match_their_journals(name, label, journal_name, temperature):
     """Each record shipped in a head file counts what its recorded journal holds."""
@@ -126,3 +155,42 @@ def test_shipped_records_match_their_journals(name, label, journal_name, tempera
     rec = measured.acceptance_for(head, temperature)
     assert rec is not None and rec.source == j.name and rec.method == label
     assert rec == measured.count_journal(j, label)
+
+
+class Built(Exception):
+    """Raised by the stand-in for methods.build once it has seen its arguments."""
+
+
+def test_runs_pass_their_temperature_to_build(monkeypatch, tiny_gguf):
+    """The bench and `specjax generate` tell methods.build the temperature they sample at
+    (without it a head's sampled record is not used)."""
+    import types
+
+    import specjax.methods
+    from specjax.bench import runner
+
+    seen = []
+
+    def spy(name, lm, args=None, **kw):
+        seen.append((name, kw))
+        raise Built(name)
+
+    monkeypatch.setattr(runner, "build", spy)
+    lm = types.SimpleNamespace(tokenizer=types.SimpleNamespace(
+        eos_ids=[0], encode_chat=lambda p: [1, 2, 3]))
+    with pytest.raises(Built):
+        runner.run_bench(lm, [{"prompt": "x", "id": "a", "category": "c"}], ["medusa"], {},
+                         max_new_tokens=4, batch_size=2, temperature=0.7, repeats=1)
+    assert seen[-1][1]["temperature"] == 0.7 and seen[-1][1]["greedy"] is False
+
+    class BuiltError(CheckpointError):
+        pass
+
+    def spy_cli(name, lm, args=None, **kw):
+        seen.append((name, kw))
+        raise BuiltError("seen")
+
+    monkeypatch.setattr(specjax.methods, "build", spy_cli)
+    assert main(["generate", "--model", str(tiny_gguf), "--method", "medusa",
+                 "--temperature", "0.6", "--prompt", "x"]) == 2
+    assert seen[-1][0] == "medusa" and seen[-1][1]["temperature"] == 0.6

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
+import os
+import re
+from pathlib import Path, PurePath
 
-from specjax.atomic import write_text
+from specjax.atomic import replacing
 from specjax.errors import CheckpointError
 
 KEY = "measured_acceptance"
@@ -71,6 +73,8 @@ def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
         conf = json.loads(conf_f.read_text())
     except (OSError, ValueError) as e:
         raise CheckpointError(f"{conf_f}: unreadable head config: {e}") from None
+    if not isinstance(conf, dict):
+        raise CheckpointError(f"{conf_f}: a head config must be a JSON object")
     recs = conf.get(KEY, [])
     if not isinstance(recs, list):
         raise CheckpointError(f"{conf_f}: {KEY!r} must be a list of records")
@@ -80,10 +84,10 @@ def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
 def acceptance_for(head_dir: str | Path | None,
                    temperature: float | None) -> AcceptanceRecord | None:
     """The record a run at ``temperature`` starts from: greedy (0) the greedy record; sampled
-    the record of the nearest positive temperature (acceptance falls as the temperature
-    rises, so one measured at 0.7 is optimistic at 1.0 and the rows' own counts correct it
-    as they draft; one measured greedy is not used when sampling). None where the head has
-    no fitting record, or ``temperature`` is None (unknown)."""
+    the record of the nearest positive temperature (the lower one on a tie; a greedy record
+    is not used when sampling: the sampling rule accepts by another test). A record at
+    another temperature is only a start: the rows' own counts move it once they draft. None
+    where the head has no fitting record, or ``temperature`` is None (unknown)."""
     if head_dir is None or temperature is None:
         return None
     recs = read_records(head_dir)
@@ -125,12 +129,21 @@ def count_journal(journal: str | Path, method: str) -> AcceptanceRecord:
     if conf.get("tree"):
         raise CheckpointError(f"{path}: {method!r} drafted a tree ({conf['tree']}); a record "
                               f"holds a chain's first-token acceptance")
+    if conf.get("exact") is False:
+        raise CheckpointError(f"{path}: {method!r} ran a lossy verifier "
+                              f"({conf.get('verifier')}); a record holds what the exact rule "
+                              f"accepts")
     drafted = accepted = 0
-    for x in lines:
-        for run in x.get("runs", []) if isinstance(x, dict) else []:
-            if run.get("method") == method and run.get("drafted_at"):
-                drafted += int(run["drafted_at"][0])
-                accepted += int((run.get("accepted_at") or [0])[0])
+    try:
+        for x in lines:  # the per-category groups (a --batch-sizes sweep runs other sizes)
+            if not isinstance(x, dict) or x.get("sweep"):
+                continue
+            for run in x.get("runs", []):
+                if run.get("method") == method and run.get("drafted_at"):
+                    drafted += int(run["drafted_at"][0])
+                    accepted += int((run.get("accepted_at") or [0])[0])
+    except (TypeError, ValueError, AttributeError, IndexError) as e:
+        raise CheckpointError(f"{path}: a malformed run of {method!r}: {e!r}") from None
     if drafted == 0:
         raise CheckpointError(f"{path}: {method!r} drafted no token in its runs")
     return AcceptanceRecord(
@@ -147,13 +160,43 @@ def journal_head(journal: str | Path, method: str) -> str:
     return str(_method_config(path, header, method).get("description", ""))
 
 
-def record(head_dir: str | Path, rec: AcceptanceRecord) -> Path:
-    """Writes ``rec`` into ``head_dir/config.json`` (atomically), replacing a record at the
-    same temperature and keeping every other key."""
+def check_same_head(head_dir: str | Path, description: str, what: str) -> None:
+    """Raises unless ``description`` (what a journal recorded of a drafter, e.g. ``medusa heads
+    /x/run1/head (step 1575)``) names ``head_dir``: a path ending in the same directory and
+    its parent (every ``specjax train`` run writes ``OUT/head``; the journal's absolute path
+    may be another checkout's), and, where both say, the same training step."""
+    head = Path(head_dir).resolve()
+    paths = [PurePath(t.rstrip(",")) for t in description.split()
+             if "/" in t or "\\" in t]
+    if not paths:
+        raise CheckpointError(f"{what} ran {description or 'no recorded head'!r}: no head "
+                              f"directory named, so it cannot be matched to {head_dir}")
+    n = min(2, len(paths[-1].parts))
+    if paths[-1].parts[-n:] != head.parts[-n:]:
+        raise CheckpointError(f"{what} ran {description!r}, not the head in {head_dir}")
+    step = re.search(r"\(step (\d+)\)", description)
+    conf = json.loads((head / "config.json").read_text())
+    own = (conf.get("meta") or {}).get("step") if isinstance(conf, dict) else None
+    if step and own is not None and int(step.group(1)) != int(own):
+        raise CheckpointError(f"{what} ran {description!r}, step {step.group(1)}; the head in "
+                              f"{head_dir} is step {own}")
+
+
+def record(head_dir: str | Path, rec: AcceptanceRecord) -> AcceptanceRecord | None:
+    """Writes ``rec`` into ``head_dir/config.json`` (atomically, keeping the file's
+    permissions), replacing a record at the same temperature (returned; None if there was
+    none) and keeping every other key."""
     conf_f = Path(head_dir) / "config.json"
     old = read_records(head_dir)  # a malformed file is an error before anything is written
     conf = json.loads(conf_f.read_text())
+    replaced = next((r for r in old if r.temperature == rec.temperature), None)
     kept = [r.to_dict() for r in old if r.temperature != rec.temperature]
     conf[KEY] = sorted(kept + [rec.to_dict()], key=lambda r: r["temperature"])
-    write_text(conf_f, json.dumps(conf, indent=2) + "\n")
-    return conf_f
+    try:
+        mode = conf_f.stat().st_mode & 0o777
+        with replacing(conf_f) as tmp:
+            tmp.write_text(json.dumps(conf, indent=2) + "\n")
+            os.chmod(tmp, mode)
+    except OSError as e:
+        raise CheckpointError(f"{conf_f}: cannot write the record: {e}") from None
+    return replaced
