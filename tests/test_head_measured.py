@@ -135,6 +135,10 @@ def test_record_acceptance_command(tmp_path, capsys):
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
                  "--head", str(later)]) == 2
     assert "step 3; the head in" in capsys.readouterr().err
+    (later / "config.json").write_text("{broken")
+    assert main(["head", "record-acceptance", str(j), "--method", "medusa@chain",
+                 "--head", str(later)]) == 2
+    assert "unreadable head config" in capsys.readouterr().err
     assert main(["head", "record-acceptance", str(j), "--method", "medusa@tree",
                  "--head", str(h)]) == 2
     assert "no method 'medusa@tree'" in capsys.readouterr().err

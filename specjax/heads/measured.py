@@ -175,9 +175,14 @@ def check_same_head(head_dir: str | Path, description: str, what: str) -> None:
     if paths[-1].parts[-n:] != head.parts[-n:]:
         raise CheckpointError(f"{what} ran {description!r}, not the head in {head_dir}")
     step = re.search(r"\(step (\d+)\)", description)
-    conf = json.loads((head / "config.json").read_text())
-    own = (conf.get("meta") or {}).get("step") if isinstance(conf, dict) else None
-    if step and own is not None and int(step.group(1)) != int(own):
+    try:
+        conf = json.loads((head / "config.json").read_text())
+        own = (conf.get("meta") or {}).get("step")
+        own = None if own is None else int(own)
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{head / 'config.json'}: unreadable head config or step: "
+                              f"{e!r}") from None
+    if step and own is not None and int(step.group(1)) != own:
         raise CheckpointError(f"{what} ran {description!r}, step {step.group(1)}; the head in "
                               f"{head_dir} is step {own}")
 
