@@ -168,7 +168,10 @@ CHAIN_DEFAULTS: dict[str, dict[str, Any]] = {
 # run plain decoding's program at batch 4 here (configs/heads_b4_prior.py). Where a one-token
 # step costs under about 1.21 (Hydra++) or 1.15 (Medusa-1) plain steps the prior lets them
 # draft (tested with measured costs faked at 1.05; no GPU has run it). The shipped EAGLE-3
-# head records nothing: it keeps the even prior, with which it pays at batch 4 here.
+# head records 0.511 greedy (docs/results/spec_bench_eagle_tree3.journal.jsonl, its chain of
+# k = 3 over the 130 questions) and 0.488 at 0.7 (26 questions,
+# docs/results/eagle_tree3_sampling_b1.journal.jsonl), both with its products in int8 (the
+# CPU default): the even prior to within 2%, with which it pays at batch 4 here.
 HEADS_BATCHED_MIN_GAIN = 1.1
 HEAD_DRAFTERS = ("eagle", "medusa", "hydra")  # drafters that load a head file
 PRIOR_KEYS = ("prior_accepted", "prior_rejected")

@@ -149,6 +149,8 @@ def test_record_acceptance_command(tmp_path, capsys):
     ("medusa", "medusa@chain", "spec_bench_medusa_tree3_sampling", 0.7),
     ("hydra", "hydra", "spec_bench_heads_mh_default", 0.0),
     ("hydra", "hydra", "spec_bench_hydra_sampling", 0.7),
+    ("eagle3", "eagle", "spec_bench_eagle_tree3", 0.0),
+    ("eagle3", "eagle", "eagle_tree3_sampling_b1", 0.7),
 ])
 def test_shipped_records_match_their_journals(name, label, journal_name, temperature):
     """Each record shipped in a head file counts what its recorded journal holds."""
