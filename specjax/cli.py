@@ -567,13 +567,13 @@ def cmd_head_record_acceptance(args) -> int:
     journal's temperature (:mod:`specjax.heads.measured`)."""
     from pathlib import Path
 
+    from specjax.bench.journal import first_token_counts
     from specjax.heads import measured
 
     head = Path(args.head)
     if not (head / "config.json").is_file():
         raise CLIError(f"{head}: not a head directory (no config.json)")
-    rec = measured.count_journal(args.journal, args.method)
-    ran = measured.journal_head(args.journal, args.method)
+    rec, ran = first_token_counts(args.journal, args.method)
     measured.check_same_head(head, ran, f"{args.journal}: {args.method!r}")
     line = (f"{args.method} at temperature {rec.temperature:g}, batch {rec.batch_size}: first "
             f"token accepted {rec.accepted} of {rec.drafted} ({rec.rate:.3f}) over "

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from specjax.bench.journal import first_token_counts
 from specjax.cli import main
-from specjax.errors import CheckpointError
+from specjax.errors import BenchError, CheckpointError
 from specjax.heads import measured
 from specjax.heads.shipped import ROOT
 
@@ -43,15 +44,16 @@ def head_dir(path, extra=None):
 def test_counts_first_tokens_and_records_one_per_temperature(tmp_path):
     j = journal(tmp_path / "j.jsonl", runs=[([10, 5, 5], [4, 1, 0]), ([6, 2], [2, 1]),
                                             (None, None)], sweep_runs=[([50], [50])])
-    rec = measured.count_journal(j, "medusa@chain")
+    rec, ran = first_token_counts(j, "medusa@chain")
+    assert ran == "medusa heads /somewhere/x/h (step 3)"
     assert (rec.temperature, rec.accepted, rec.drafted, rec.rate) == (0.0, 6, 16, 6 / 16)
     assert rec.method_args == {"k": "3"} and rec.source == "j.jsonl"
     h = head_dir(tmp_path / "h")
     (h / "config.json").chmod(0o644)
     assert measured.record(h, rec) is None
     assert (h / "config.json").stat().st_mode & 0o777 == 0o644  # its permissions kept
-    hot = measured.count_journal(journal(tmp_path / "k.jsonl", temperature=0.7,
-                                         runs=[([8], [2])]), "medusa@chain")
+    hot, _ = first_token_counts(journal(tmp_path / "k.jsonl", temperature=0.7,
+                                        runs=[([8], [2])]), "medusa@chain")
     measured.record(h, hot)
     again = measured.AcceptanceRecord(0.0, 3, 4)
     assert measured.record(h, again) == rec  # replaces the greedy record, keeps the other
@@ -70,25 +72,25 @@ def test_counts_first_tokens_and_records_one_per_temperature(tmp_path):
 
 def test_bad_journals_and_records_are_named(tmp_path):
     j = journal(tmp_path / "t.jsonl", tree="fixed(N=3, D=2)", runs=[([4], [1])])
-    with pytest.raises(CheckpointError, match="drafted a tree"):
-        measured.count_journal(j, "medusa@chain")
-    with pytest.raises(CheckpointError, match="no method 'hydra'; it holds ar, medusa@chain"):
-        measured.count_journal(j, "hydra")
+    with pytest.raises(BenchError, match="drafted a tree"):
+        first_token_counts(j, "medusa@chain")
+    with pytest.raises(BenchError, match="no method 'hydra'; it holds ar, medusa@chain"):
+        first_token_counts(j, "hydra")
     lossy = journal(tmp_path / "l.jsonl", runs=[([4], [3])], exact=False)
-    with pytest.raises(CheckpointError, match="lossy verifier"):
-        measured.count_journal(lossy, "medusa@chain")
+    with pytest.raises(BenchError, match="lossy verifier"):
+        first_token_counts(lossy, "medusa@chain")
     bad_run = journal(tmp_path / "b.jsonl", runs=[(["x"], [1])])
-    with pytest.raises(CheckpointError, match="a malformed run of 'medusa@chain'"):
-        measured.count_journal(bad_run, "medusa@chain")
+    with pytest.raises(BenchError, match="a malformed run of 'medusa@chain'"):
+        first_token_counts(bad_run, "medusa@chain")
     idle = journal(tmp_path / "i.jsonl", runs=[([0, 0], [0, 0])])
-    with pytest.raises(CheckpointError, match="drafted no token"):
-        measured.count_journal(idle, "medusa@chain")
+    with pytest.raises(BenchError, match="drafted no token"):
+        first_token_counts(idle, "medusa@chain")
     (tmp_path / "x.jsonl").write_text('{"group": 1}\n')
-    with pytest.raises(CheckpointError, match="no header line"):
-        measured.count_journal(tmp_path / "x.jsonl", "medusa@chain")
+    with pytest.raises(BenchError, match="line 1 is not a header"):
+        first_token_counts(tmp_path / "x.jsonl", "medusa@chain")
     (tmp_path / "y.jsonl").write_text("{not json\n")
-    with pytest.raises(CheckpointError, match="not a readable bench journal"):
-        measured.count_journal(tmp_path / "y.jsonl", "medusa@chain")
+    with pytest.raises(BenchError, match="line 1 is not a header"):
+        first_token_counts(tmp_path / "y.jsonl", "medusa@chain")
     for recs, msg in (({"a": 1}, "must be a list"),
                       ([{"temperature": 0.0, "accepted": 3}], r"\[0\] lacks drafted"),
                       ([{"temperature": 0.0, "accepted": 5, "drafted": 4}],
@@ -160,7 +162,7 @@ def test_shipped_records_match_their_journals(name, label, journal_name, tempera
     head = ROOT / f"smollm2-135m-{name}"
     rec = measured.acceptance_for(head, temperature)
     assert rec is not None and rec.source == j.name and rec.method == label
-    assert rec == measured.count_journal(j, label)
+    assert rec == first_token_counts(j, label)[0]
 
 
 class Built(Exception):

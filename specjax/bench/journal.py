@@ -144,6 +144,58 @@ def read_journal(path: str | os.PathLike) -> tuple[dict, list[dict]]:
     return header, out
 
 
+def _method_config(path: Path, header: dict, method: str) -> dict:
+    configs = header.get("configs") or {}
+    if method not in configs:
+        raise BenchError(f"{path}: no method {method!r}; it holds "
+                         f"{', '.join(configs) or 'none'}")
+    return configs[method]
+
+
+def first_token_counts(path: str | os.PathLike, method: str):
+    """``method``'s (a bench label, e.g. ``medusa@chain``) first drafted tokens and how many
+    the target accepted, summed over the per-category groups of the journal at ``path`` (a
+    ``--batch-sizes`` sweep runs other batch sizes): ``(record, description)``, a
+    :class:`specjax.heads.measured.AcceptanceRecord` and what the journal says of the method's
+    drafter (it names the head, :func:`specjax.heads.measured.check_same_head`). A tree's
+    first level is not a chain's first token, and a lossy verifier accepts by another rule: a
+    label that drafted a tree or ran one is an error, as is one the journal does not hold or
+    whose runs drafted nothing."""
+    from specjax.heads.measured import AcceptanceRecord
+
+    path = Path(path)
+    try:
+        header, groups = read_journal(path)
+    except OSError as e:
+        raise BenchError(f"{path}: not a readable bench journal: {e}") from None
+    conf = _method_config(path, header, method)
+    if conf.get("tree"):
+        raise BenchError(f"{path}: {method!r} drafted a tree ({conf['tree']}); a record "
+                         f"holds a chain's first-token acceptance")
+    if conf.get("exact") is False:
+        raise BenchError(f"{path}: {method!r} ran a lossy verifier ({conf.get('verifier')}); "
+                         f"a record holds what the exact rule accepts")
+    drafted = accepted = 0
+    try:
+        for g in groups:
+            if g.get("sweep"):
+                continue
+            for run in g.get("runs", []):
+                if run.get("method") == method and run.get("drafted_at"):
+                    drafted += int(run["drafted_at"][0])
+                    accepted += int((run.get("accepted_at") or [0])[0])
+    except (TypeError, ValueError, AttributeError, IndexError) as e:
+        raise BenchError(f"{path}: a malformed run of {method!r}: {e!r}") from None
+    if drafted == 0:
+        raise BenchError(f"{path}: {method!r} drafted no token in its runs")
+    return AcceptanceRecord(
+        temperature=float(header.get("temperature") or 0.0), accepted=accepted,
+        drafted=drafted, batch_size=int(header.get("batch_size") or 1),
+        prompts=str(header.get("prompts") or ""), n_prompts=int(header.get("n_prompts") or 0),
+        method=method, method_args=dict((header.get("method_args") or {}).get(method) or {}),
+        source=path.name), str(conf.get("description", ""))
+
+
 def prompts_digest(items: list[dict]) -> str:
     import hashlib
 

@@ -6,8 +6,9 @@ token is accepted often enough for its price, and starting from the even prior (
 shipped Medusa-1 and Hydra++ heads probe each batch on machines where, at the acceptance
 they reach, no draft pays.
 
-Written by ``specjax head record-acceptance JOURNAL --method LABEL --head DIR``; read by
-:func:`acceptance_for`. A record names the journal, prompts and options it was counted from.
+Counted by :func:`specjax.bench.journal.first_token_counts`, written by ``specjax head
+record-acceptance JOURNAL --method LABEL --head DIR``; read by :func:`acceptance_for`. A
+record names the journal, prompts and options it was counted from.
 """
 
 from __future__ import annotations
@@ -97,67 +98,6 @@ def acceptance_for(head_dir: str | Path | None,
         fits = sorted((r for r in recs if r.temperature > 0),
                       key=lambda r: (abs(r.temperature - temperature), r.temperature))
     return fits[0] if fits else None
-
-
-def _read_journal(journal: str | Path) -> tuple[Path, dict, list]:
-    path = Path(journal)
-    try:
-        lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{path}: not a readable bench journal: {e}") from None
-    header = next((x["header"] for x in lines if isinstance(x, dict) and "header" in x), None)
-    if not isinstance(header, dict):
-        raise CheckpointError(f"{path}: no header line: not a `specjax bench` journal")
-    return path, header, lines
-
-
-def _method_config(path: Path, header: dict, method: str) -> dict:
-    configs = header.get("configs") or {}
-    if method not in configs:
-        raise CheckpointError(f"{path}: no method {method!r}; it holds "
-                              f"{', '.join(configs) or 'none'}")
-    return configs[method]
-
-
-def count_journal(journal: str | Path, method: str) -> AcceptanceRecord:
-    """``method``'s (a bench label, e.g. ``medusa@chain``) first drafted tokens and how many
-    the target accepted, summed over every run of ``journal`` (a ``specjax bench`` journal).
-    A tree's first level is not a chain's first token: a label that drafted a tree is an
-    error, as is one the journal does not hold or whose runs drafted nothing."""
-    path, header, lines = _read_journal(journal)
-    conf = _method_config(path, header, method)
-    if conf.get("tree"):
-        raise CheckpointError(f"{path}: {method!r} drafted a tree ({conf['tree']}); a record "
-                              f"holds a chain's first-token acceptance")
-    if conf.get("exact") is False:
-        raise CheckpointError(f"{path}: {method!r} ran a lossy verifier "
-                              f"({conf.get('verifier')}); a record holds what the exact rule "
-                              f"accepts")
-    drafted = accepted = 0
-    try:
-        for x in lines:  # the per-category groups (a --batch-sizes sweep runs other sizes)
-            if not isinstance(x, dict) or x.get("sweep"):
-                continue
-            for run in x.get("runs", []):
-                if run.get("method") == method and run.get("drafted_at"):
-                    drafted += int(run["drafted_at"][0])
-                    accepted += int((run.get("accepted_at") or [0])[0])
-    except (TypeError, ValueError, AttributeError, IndexError) as e:
-        raise CheckpointError(f"{path}: a malformed run of {method!r}: {e!r}") from None
-    if drafted == 0:
-        raise CheckpointError(f"{path}: {method!r} drafted no token in its runs")
-    return AcceptanceRecord(
-        temperature=float(header.get("temperature") or 0.0), accepted=accepted,
-        drafted=drafted, batch_size=int(header.get("batch_size") or 1),
-        prompts=str(header.get("prompts") or ""), n_prompts=int(header.get("n_prompts") or 0),
-        method=method, method_args=dict((header.get("method_args") or {}).get(method) or {}),
-        source=path.name)
-
-
-def journal_head(journal: str | Path, method: str) -> str:
-    """The description ``journal`` records for ``method``'s drafter (it names the head)."""
-    path, header, _ = _read_journal(journal)
-    return str(_method_config(path, header, method).get("description", ""))
 
 
 def check_same_head(head_dir: str | Path, description: str, what: str) -> None:
