@@ -8,7 +8,9 @@ transfers and the shorter drafts of the last steps before a budget cancel. Plain
 always traced; ``--method junk:N`` drafts N copies of one token every step (the verify block
 of N + 1 tokens of ``specjax bench --verify-curve --in-loop``), any other method is built as
 ``specjax bench`` builds it. Event totals include nested events (a ``cond`` holds its branch's
-fusions), so compare kinds between runs rather than adding them up. ``--batch B`` decodes B
+fusions), so compare kinds between runs rather than adding them up; calls per step say
+whether a run does more work of a kind (traced times vary by 10-15% between runs of one
+program on a 2-core VM, calls do not). ``--batch B`` decodes B
 copies of the prompt (each method built with the defaults of that batch size);
 ``--never-draft`` runs each method under a policy that drafts nothing (its idle steps).
 Tracing inflates a step about 3x on the project's 2-core CPU, so compare kinds, not totals.
@@ -29,20 +31,22 @@ import tempfile
 from pathlib import Path
 
 
-def kind_totals(trace_dir: Path) -> collections.Counter:
-    """Microseconds per operation kind in a perfetto trace (Python frames and the runtime's
-    executor and thread-pool events left out)."""
+def kind_totals(trace_dir: Path) -> tuple[collections.Counter, collections.Counter]:
+    """Microseconds and calls per operation kind in a perfetto trace (Python frames and the
+    runtime's executor and thread-pool events left out)."""
     (f,) = glob.glob(str(trace_dir / "**" / "*.trace.json.gz"), recursive=True)
     data = json.load(gzip.open(f))
     events = data["traceEvents"] if isinstance(data, dict) else data
-    out = collections.Counter()
+    out, calls = collections.Counter(), collections.Counter()
     for e in events:
         name = e.get("name", "")
         if (e.get("ph") != "X" or "dur" not in e or name.startswith(("$", "end:"))
                 or "Thunk" in name or "Slinky" in name):
             continue
-        out[re.sub(r"[.\d]+$", "", name)] += e["dur"]
-    return out
+        kind = re.sub(r"[.\d]+$", "", name)
+        out[kind] += e["dur"]
+        calls[kind] += 1
+    return out, calls
 
 
 def main() -> None:
@@ -108,15 +112,18 @@ def main() -> None:
                     r = decode(n)
                 got[n] = (kind_totals(d), max(r.target_forwards),
                           r.wall_s[0] - r.prefill_s[0])
-            (ka, fa, ta), (kb, fb, tb) = got[short], got[long]
+            ((ka, ca), fa, ta), ((kb, cb), fb, tb) = got[short], got[long]
             df = max(fb - fa, 1)
             per = {k: (kb[k] - ka[k]) / df / 1e3 for k in set(ka) | set(kb)}
+            order = sorted(per, key=lambda k: -per[k])
             table[name] = {"forwards": [fa, fb], "decode_ms_per_step": (tb - ta) / df * 1e3,
-                           "ms_per_step": dict(sorted(per.items(), key=lambda x: -x[1]))}
+                           "ms_per_step": {k: per[k] for k in order},
+                           "calls_per_step": {k: (cb[k] - ca[k]) / df for k in order}}
             print(f"{name}: forwards {fa} -> {fb}, decode {(tb - ta) / df * 1e3:.1f} ms a step "
                   f"(traced)", flush=True)
-            for k, v in list(table[name]["ms_per_step"].items())[:a.top]:
-                print(f"  {v:8.3f} ms/step  {k}", flush=True)
+            for k in order[:a.top]:
+                print(f"  {per[k]:8.3f} ms/step {(cb[k] - ca[k]) / df:7.2f} calls/step  {k}",
+                      flush=True)
     out = {"command": "python scripts/profile_decode_loop.py " + " ".join(sys.argv[1:]),
            "date": utc_now(), "machine": machine_description(), "model": a.model,
            "prefix": a.prefix, "batch": a.batch, "cache_len": cache_len,

@@ -464,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(fn=cmd_bench)
     hd = sub.add_parser("head", help="convert EAGLE-3 heads between specjax's format and the "
                         "serving engines' layout (vLLM, SGLang, SpecForge); rewrite any head "
-                        "in another dtype")
+                        "in another dtype; measure or record a head's first-token acceptance")
     hsub = hd.add_subparsers(dest="head_cmd", required=True)
     hc = hsub.add_parser("convert", help="read a head (either format) and write it in the "
                          "other: specjax head convert SRC DST [--to engine|specjax]")
@@ -492,6 +492,29 @@ def build_parser() -> argparse.ArgumentParser:
                          "description of it must name this directory)")
     hr.add_argument("--dry-run", action="store_true", help="print the record, write nothing")
     hr.set_defaults(fn=cmd_head_record_acceptance)
+    hm = hsub.add_parser("measure-acceptance", help="measure a head's first-token acceptance "
+                         "(one token drafted at every step over a prompt set) and record it in "
+                         "the head's config.json, where `adaptive` starts from it above batch "
+                         "1: specjax head measure-acceptance DIR [--temperatures 0,0.7]")
+    model_args(hm)
+    hm.add_argument("head", metavar="DIR", help="the head directory (an eagle, medusa or "
+                    "hydra head trained for --model)")
+    hm.add_argument("--prompts", default="builtin",
+                    help="prompt spec, as for `specjax bench` (default: builtin)")
+    hm.add_argument("--categories", default=None,
+                    help="comma-separated categories of the prompts to use (default: all)")
+    hm.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    hm.add_argument("--max-new-tokens", type=int, default=128)
+    hm.add_argument("--temperatures", default="0",
+                    help="comma-separated temperatures, one record each (0: greedy; "
+                         "default 0)")
+    hm.add_argument("--batch-size", type=int, default=4,
+                    help="rows decoded together (speed only: the counts are the same at any "
+                         "batch size; default 4)")
+    hm.add_argument("--seed", type=int, default=0, help="sampling seed")
+    hm.add_argument("--dry-run", action="store_true", help="print the records, write nothing")
+    hm.add_argument("--no-progress", action="store_true", help="no progress bar")
+    hm.set_defaults(fn=cmd_head_measure_acceptance)
     tr = sub.add_parser("train", help="train a drafter head (specjax train TASK --config "
                         "FILE.py), or build its corpus (specjax train data ...)",
                         description="specjax train TASK --config FILE.py [--out-dir DIR] "
@@ -575,18 +598,57 @@ def cmd_head_record_acceptance(args) -> int:
         raise CLIError(f"{head}: not a head directory (no config.json)")
     rec, ran = first_token_counts(args.journal, args.method)
     measured.check_same_head(head, ran, f"{args.journal}: {args.method!r}")
-    line = (f"{args.method} at temperature {rec.temperature:g}, batch {rec.batch_size}: first "
-            f"token accepted {rec.accepted} of {rec.drafted} ({rec.rate:.3f}) over "
-            f"{rec.n_prompts} prompts of {rec.prompts or '?'}")
-    if args.dry_run:
+    _write_record(head, rec, f"{args.method} at temperature {rec.temperature:g}, batch "
+                  f"{rec.batch_size}", args.dry_run)
+    return 0
+
+
+def _write_record(head, rec, what: str, dry_run: bool) -> None:
+    """Prints ``rec`` and writes it into ``head``'s config.json unless ``dry_run``, printing
+    the record it replaces."""
+    from specjax.heads import measured
+
+    line = (f"{what}: first token accepted {rec.accepted} of {rec.drafted} ({rec.rate:.3f}) "
+            f"over {rec.n_prompts} prompts of {rec.prompts or '?'}")
+    if dry_run:
         print(line + " (not written: --dry-run)")
-        return 0
+        return
     replaced = measured.record(head, rec)
     print(f"{line} -> {head / 'config.json'}")
     if replaced is not None:
         print(f"replaced the record at temperature {replaced.temperature:g}: accepted "
               f"{replaced.accepted} of {replaced.drafted} ({replaced.rate:.3f}) at batch "
               f"{replaced.batch_size}, from {replaced.source or '?'}")
+
+
+def cmd_head_measure_acceptance(args) -> int:
+    """``specjax head measure-acceptance DIR``: decodes the prompts with the head drafting
+    one token at every step, at each of ``--temperatures``, and writes each count into
+    DIR/config.json (:mod:`specjax.bench.acceptance`)."""
+    from pathlib import Path
+
+    from specjax.bench.acceptance import measure_first_token
+    from specjax.bench.prompts import load_prompts
+
+    head = Path(args.head)
+    if not (head / "config.json").is_file():
+        raise CLIError(f"{head}: not a head directory (no config.json)")
+    try:
+        temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
+    except ValueError:
+        raise CLIError(f"--temperatures: comma-separated numbers >= 0, got "
+                       f"{args.temperatures!r}") from None
+    if not temps or any(not t >= 0 for t in temps) or len(set(temps)) < len(temps):
+        raise CLIError(f"--temperatures: distinct numbers >= 0, got {args.temperatures!r}")
+    cats = args.categories.split(",") if args.categories else None
+    items = load_prompts(args.prompts, cats, args.limit)
+    lm = _load(args)
+    for t in temps:
+        rec = measure_first_token(lm, head, items, prompts=args.prompts, temperature=t,
+                                  max_new_tokens=args.max_new_tokens,
+                                  batch_size=args.batch_size, seed=args.seed,
+                                  progress=not args.no_progress)
+        _write_record(head, rec, f"{rec.method} at temperature {t:g}", args.dry_run)
     return 0
 
 

@@ -1,6 +1,7 @@
 """A head's measured first-token acceptance, recorded in its config.json
 (specjax.heads.measured, `specjax head record-acceptance`)."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -202,3 +203,118 @@ def test_runs_pass_their_temperature_to_build(monkeypatch, tiny_gguf):
     assert main(["generate", "--model", str(tiny_gguf), "--method", "medusa",
                  "--temperature", "0.6", "--prompt", "x"]) == 2
     assert seen[-1][0] == "medusa" and seen[-1][1]["temperature"] == 0.6
+
+
+def _tiny_medusa(lm, path):
+    """An untrained Medusa head for the tiny target, saved as a head file at ``path``."""
+    import numpy as np
+
+    from specjax.heads.medusa import MedusaHeadConfig, init_medusa_heads, save_medusa_heads
+
+    t = lm.model.cfg
+    cfg = MedusaHeadConfig(num_heads=2, hidden_size=t.hidden_size, vocab_size=t.vocab_size,
+                           draft_vocab=t.vocab_size, target_layers=t.num_layers)
+    _, state = init_medusa_heads(cfg, lm.model, np.arange(t.vocab_size))
+    return save_medusa_heads(path, cfg, state, np.arange(t.vocab_size), tokenizer=lm.tokenizer)
+
+
+PROMPTS = [{"id": str(i), "category": c, "prompt": p} for i, (c, p) in enumerate([
+    ("qa", "hello world hello world hello"), ("qa", "abc abc abc abc"),
+    ("code", "def f(x): return x; def f(x):")])]
+
+
+def test_measure_acceptance_drafts_one_token_every_step(tmp_path, tiny_gguf):
+    """`specjax head measure-acceptance`'s counts: one drafted token at every step but a
+    row's last (no room left), the accepted ones those the answer holds beyond one token a
+    forward, the same at any batch size (a row's tokens and drafts do not depend on the
+    others), and the same as a `specjax bench` journal of the same method counts."""
+    from specjax.bench.acceptance import MEASURE_ARGS, head_method, measure_first_token
+    from specjax.bench.journal import Journal
+    from specjax.bench.runner import run_bench
+    from specjax.engine import generate
+    from specjax.methods import build
+    from specjax.models.loaders import load
+
+    lm = load(tiny_gguf, numerics="fast")
+    head = _tiny_medusa(lm, tmp_path / "run" / "head")
+    assert head_method(head) == "medusa"
+    recs = [measure_first_token(lm, head, PROMPTS, prompts="p", max_new_tokens=10,
+                                batch_size=b, progress=False) for b in (1, 3)]
+    assert recs[0] == dataclasses.replace(recs[1], batch_size=1)
+    rec = recs[0]
+    assert (rec.method, rec.method_args, rec.n_prompts, rec.temperature) == (
+        "medusa", MEASURE_ARGS, 3, 0.0)
+    d, pol, ver = build("medusa", lm, {"head": str(head), **MEASURE_ARGS})
+    enc = [lm.tokenizer.encode_chat(it["prompt"]) for it in PROMPTS]
+    r = generate(lm.model, enc, max_new_tokens=10, eos_ids=lm.tokenizer.eos_ids,
+                 batch_size=1, drafter=d, policy=pol, verifier=ver)
+    # the prefill's forward writes one token, each step one plus those it accepted
+    assert rec.accepted == sum(r.new_tokens) - sum(r.target_forwards) == 0  # untrained
+    # every step drafts but, in a row that runs to its budget, the last (one token left)
+    full = sum(n == 10 for n in r.new_tokens)
+    assert full and rec.drafted == sum(r.target_forwards) - len(PROMPTS) - full
+    j = Journal(tmp_path / "b.journal.jsonl", {"method_args": {"medusa": MEASURE_ARGS}})
+    run_bench(lm, PROMPTS, ["medusa"], {"medusa": {"head": str(head), **MEASURE_ARGS}},
+              max_new_tokens=10, batch_size=1, temperature=0.0, repeats=1, journal=j)
+    counted, ran = first_token_counts(j.path, "medusa")
+    measured.check_same_head(head, ran, "the journal")
+    assert (counted.accepted, counted.drafted) == (rec.accepted, rec.drafted)
+
+
+@pytest.mark.real_model
+def test_measure_acceptance_of_the_shipped_hydra_head(smollm2):
+    """On the real model the shipped Hydra++ head's first drafted tokens are accepted, and
+    the counts agree with the tokens written: each forward writes one token beyond those it
+    accepted, and every step of a row drafts one token but perhaps its last."""
+    from specjax.bench.acceptance import MEASURE_ARGS, measure_first_token
+    from specjax.engine import generate
+    from specjax.methods import build
+
+    head = ROOT / "smollm2-135m-hydra"
+    rec = measure_first_token(smollm2, head, PROMPTS[:2], prompts="p", max_new_tokens=24,
+                              batch_size=2, progress=False)
+    d, pol, ver = build("hydra", smollm2, {"head": str(head), **MEASURE_ARGS}, batch=2)
+    enc = [smollm2.tokenizer.encode_chat(it["prompt"]) for it in PROMPTS[:2]]
+    r = generate(smollm2.model, enc, max_new_tokens=24, eos_ids=smollm2.tokenizer.eos_ids,
+                 drafter=d, policy=pol, verifier=ver)
+    steps = sum(r.target_forwards) - 2  # less the prefill's forward
+    assert 0 < rec.accepted == sum(r.new_tokens) - sum(r.target_forwards)
+    assert steps - 2 <= rec.drafted <= steps
+    assert rec.method == "hydra" and rec.n_prompts == 2
+
+
+def test_measure_acceptance_command(tmp_path, tiny_gguf, capsys):
+    """`specjax head measure-acceptance DIR` writes one record per temperature, which the
+    batched default then starts from; bad input is named before anything is decoded."""
+    from specjax.methods import build
+    from specjax.models.loaders import load
+
+    lm = load(tiny_gguf, numerics="fast")
+    head = _tiny_medusa(lm, tmp_path / "head")
+    pf = tmp_path / "q.jsonl"
+    pf.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [p]}) + "\n"
+                          for i, p in enumerate(["hello world hello", "abc abc abc"])))
+    base = ["head", "measure-acceptance", "--model", str(tiny_gguf), "--numerics", "fast",
+            "--prompts", str(pf), "--max-new-tokens", "8", "--no-progress"]
+    assert main([*base, str(head), "--temperatures", "0,0.7", "--dry-run"]) == 0
+    assert "not written: --dry-run" in capsys.readouterr().out
+    assert measured.read_records(head) == []
+    assert main([*base, str(head), "--temperatures", "0,0.7"]) == 0
+    out = capsys.readouterr().out
+    recs = measured.read_records(head)
+    assert [r.temperature for r in recs] == [0.0, 0.7] and out.count("-> ") == 2
+    assert all(r.prompts == str(pf) and r.n_prompts == 2 and r.drafted > 0 for r in recs)
+    greedy = recs[0]
+    policy = build("medusa", lm, {"head": str(head), "k": "2", "draft_cost": "1.0"},
+                   batch=4).policy
+    assert policy.prior_accepted == pytest.approx(2 * greedy.rate, abs=1e-3)
+    for bad, err in [(["--temperatures", "-1"], "distinct numbers >= 0"),
+                     (["--temperatures", "0,0"], "distinct numbers >= 0"),
+                     (["--temperatures", "x"], "comma-separated numbers")]:
+        assert main([*base, str(head), *bad]) == 2
+        assert err in capsys.readouterr().err
+    assert main([*base, str(tmp_path / "nowhere")]) == 2
+    assert "not a head directory" in capsys.readouterr().err
+    other = head_dir(tmp_path / "acc", {"format": "specjax-acceptance-1"})
+    assert main([*base, str(other)]) == 2
+    assert "is not a draft head's" in capsys.readouterr().err

@@ -6,9 +6,11 @@ token is accepted often enough for its price, and starting from the even prior (
 shipped Medusa-1 and Hydra++ heads probe each batch on machines where, at the acceptance
 they reach, no draft pays.
 
-Counted by :func:`specjax.bench.journal.first_token_counts`, written by ``specjax head
-record-acceptance JOURNAL --method LABEL --head DIR``; read by :func:`acceptance_for`. A
-record names the journal, prompts and options it was counted from.
+Measured by ``specjax head measure-acceptance DIR`` (:mod:`specjax.bench.acceptance`: one
+token drafted at every step over a prompt set) or counted from a journal by
+:func:`specjax.bench.journal.first_token_counts` (``specjax head record-acceptance JOURNAL
+--method LABEL --head DIR``); read by :func:`acceptance_for`. A record names the journal or
+command, prompts and options it was counted from.
 """
 
 from __future__ import annotations

@@ -1,0 +1,114 @@
+"""A head's first-token acceptance measured directly: the head drafts one token at every step
+(``policy=fixed``, ``k=1``) over a prompt set, and the accepted share of those tokens is its
+record (:mod:`specjax.heads.measured`). ``specjax head measure-acceptance DIR`` runs it after
+training, where ``specjax head record-acceptance`` counts a ``specjax bench`` journal instead.
+
+Drafting one token every step counts the head's acceptance at every position, where a run
+under ``adaptive`` counts it only where the policy chose to draft (its counts lean towards the
+positions the policy expected to be accepted). Exact numerics make a row's tokens the same at
+any batch size, and a fixed length makes its drafts the same, so the counts do not depend on
+the batch size: it only sets the speed of the measurement.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specjax.errors import BenchError, CheckpointError
+from specjax.heads.measured import AcceptanceRecord
+from specjax.heads.shipped import FORMATS
+
+MEASURE_ARGS = {"policy": "fixed", "k": "1"}  # one drafted token at every step
+SOURCE = "specjax head measure-acceptance"
+
+
+def head_method(head_dir: str | Path) -> str:
+    """The drafter that loads the head in ``head_dir``: ``eagle``, ``medusa`` or ``hydra``
+    (by its ``config.json``'s ``format``; an EAGLE-3 head in the serving engines' layout is
+    an ``eagle`` head)."""
+    from specjax.heads.interop import is_engine_layout
+
+    conf_f = Path(head_dir) / "config.json"
+    try:
+        conf = json.loads(conf_f.read_text())
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"{conf_f}: not a readable head config ({e})") from None
+    if not isinstance(conf, dict):
+        raise CheckpointError(f"{conf_f}: a head config must be a JSON object")
+    fmt = conf.get("format")
+    for name in ("eagle", "medusa", "hydra"):
+        if fmt in FORMATS[name]:
+            return name
+    if fmt is None and is_engine_layout(conf):
+        return "eagle"
+    known = [f for name in ("eagle", "medusa", "hydra") for f in FORMATS[name]]
+    raise CheckpointError(f"{conf_f}: format {fmt!r} is not a draft head's (eagle, medusa and "
+                          f"hydra heads are {', '.join(known)})")
+
+
+def measure_first_token(lm, head_dir: str | Path, items: list[dict], *, prompts: str,
+                        temperature: float = 0.0, max_new_tokens: int = 128,
+                        batch_size: int = 4, seed: int = 0,
+                        progress: bool = True) -> AcceptanceRecord:
+    """Decodes ``items`` (``[{"prompt", ...}]``, chat template applied) with the head in
+    ``head_dir`` drafting one token at every step, at ``temperature`` (0: greedy; sampled:
+    lossless chain sampling), and counts its drafted tokens and the accepted ones.
+
+    Args:
+      lm: the loaded target (its tokenizer encodes the prompts); the head must have been
+        trained for it (the drafter's loader checks).
+      head_dir: the head directory.
+      items: the prompts, as :func:`specjax.bench.prompts.load_prompts` returns them.
+      prompts: their spec, written into the record.
+      temperature, max_new_tokens, batch_size, seed: the decoding settings.
+      progress: a progress bar over the prompts.
+
+    Returns:
+      The record (not written: :func:`specjax.heads.measured.record` writes it).
+
+    Raises:
+      BenchError: bad settings, or a run that drafted nothing (every prompt ended at once).
+      CheckpointError: the head cannot be read or was trained for another target.
+    """
+    from tqdm import tqdm
+
+    from specjax.engine import generate
+    from specjax.methods import build
+    from specjax.sampling import SamplingParams
+
+    if not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise BenchError(f"temperature must be a number >= 0, got {temperature!r}")
+    for name, v in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise BenchError(f"{name} must be an integer >= 1, got {v!r}")
+    if not items:
+        raise BenchError("no prompts to measure on")
+    tok = lm.tokenizer
+    if tok is None:
+        raise BenchError(f"{lm.source}: no tokenizer in this checkpoint; cannot encode prompts")
+    method = head_method(head_dir)
+    greedy = temperature == 0
+    d, pol, ver = build(method, lm, {"head": str(head_dir), **MEASURE_ARGS},
+                        batch=batch_size, greedy=greedy, temperature=float(temperature))
+    encoded = [tok.encode_chat(it["prompt"]) for it in items]
+    bar = tqdm(total=len(encoded), desc=f"{method} at temperature {temperature:g}",
+               unit="prompt", disable=not progress)
+    try:
+        r = generate(lm.model, encoded, max_new_tokens=max_new_tokens,
+                     sampling=SamplingParams(temperature=float(temperature), seed=seed),
+                     eos_ids=tok.eos_ids, batch_size=batch_size, drafter=d, policy=pol,
+                     verifier=ver, progress=bar.update)
+    finally:
+        bar.close()
+    drafted = sum(x[0] for x in r.extra["drafted_at"])
+    accepted = sum(x[0] for x in r.extra["accepted_at"])
+    if drafted == 0:
+        raise BenchError(f"{method} drafted no token over {len(items)} prompts (every answer "
+                         f"ended within a token?): nothing to record; give more prompts or "
+                         f"a larger max_new_tokens")
+    return AcceptanceRecord(
+        temperature=float(temperature), accepted=int(accepted), drafted=int(drafted),
+        batch_size=batch_size, prompts=prompts, n_prompts=len(items), method=method,
+        method_args=dict(MEASURE_ARGS),
+        source=f"{SOURCE} (max_new_tokens={max_new_tokens}, seed={seed})")
