@@ -405,10 +405,13 @@ def training_section() -> list[str]:
     return out + [""]
 
 
-def exactness_section(d: dict) -> list[str]:
+def exactness_section(d: dict, stem: str = "exactness") -> list[str]:
     """docs/results/exactness.json (scripts/measure_exactness.py): the price of exact numerics
-    and token identity with and without them."""
-    out = ["## The price of exact numerics (issue 22)", "",
+    and token identity with and without them; ``exactness_*.json``: the same on other hosts
+    (titled by the file)."""
+    title = "The price of exact numerics (issue 22)" if stem == "exactness" else \
+        f"The price of exact numerics on another host (issue 22; `{stem}.json`)"
+    out = [f"## {title}", "",
            f"`{d['command']}` ({d['date']}, {d['machine']}); {d['prompts']} built-in prompts, "
            f"{d['max_new_tokens']} new tokens, median of {d['repeats']} repeats after a "
            "compiling run; decode tokens/s of the whole generate call. `identical`: prompts "
@@ -586,9 +589,8 @@ def main():
     if f.exists():
         lines += decode_section(json.loads(f.read_text()))
     lines += training_section()
-    f = RES / "exactness.json"
-    if f.exists():
-        lines += exactness_section(json.loads(f.read_text()))
+    for f in sorted(RES.glob("exactness*.json"), key=lambda f: (f.stem != "exactness", f.stem)):
+        lines += exactness_section(json.loads(f.read_text()), f.stem)
     f = RES / "prefill_exact_vs_fast.json"
     if f.exists():
         b = RES / "prefill_exact_vs_fast_before.json"

@@ -509,8 +509,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma-separated temperatures, one record each (0: greedy; "
                          "default 0)")
     hm.add_argument("--batch-size", type=int, default=4,
-                    help="rows decoded together (speed only: the counts are the same at any "
-                         "batch size; default 4)")
+                    help="rows decoded together (default 4; with exact numerics, the "
+                         "default, the counts are the same at any batch size)")
     hm.add_argument("--seed", type=int, default=0, help="sampling seed")
     hm.add_argument("--dry-run", action="store_true", help="print the records, write nothing")
     hm.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -627,7 +627,10 @@ def cmd_head_measure_acceptance(args) -> int:
     DIR/config.json (:mod:`specjax.bench.acceptance`)."""
     from pathlib import Path
 
-    from specjax.bench.acceptance import measure_first_token
+    import math
+
+    from specjax.bench.acceptance import (check_settings, head_method, measure_first_token,
+                                          refuse_shipped)
     from specjax.bench.prompts import load_prompts
 
     head = Path(args.head)
@@ -638,10 +641,17 @@ def cmd_head_measure_acceptance(args) -> int:
     except ValueError:
         raise CLIError(f"--temperatures: comma-separated numbers >= 0, got "
                        f"{args.temperatures!r}") from None
-    if not temps or any(not t >= 0 for t in temps) or len(set(temps)) < len(temps):
-        raise CLIError(f"--temperatures: distinct numbers >= 0, got {args.temperatures!r}")
+    if not temps or any(not (t >= 0 and math.isfinite(t)) for t in temps) or \
+            len(set(temps)) < len(temps):
+        raise CLIError(f"--temperatures: distinct finite numbers >= 0, got "
+                       f"{args.temperatures!r}")
+    # everything that can be checked before the model loads and minutes of decoding
+    check_settings(temps[0], args.max_new_tokens, args.batch_size)
+    refuse_shipped(head)
+    head_method(head)
     cats = args.categories.split(",") if args.categories else None
     items = load_prompts(args.prompts, cats, args.limit)
+    args.method = "head"  # decodes speculatively: _load warns as for any such method
     lm = _load(args)
     for t in temps:
         rec = measure_first_token(lm, head, items, prompts=args.prompts, temperature=t,

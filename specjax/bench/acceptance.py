@@ -3,16 +3,16 @@
 record (:mod:`specjax.heads.measured`). ``specjax head measure-acceptance DIR`` runs it after
 training, where ``specjax head record-acceptance`` counts a ``specjax bench`` journal instead.
 
-Drafting one token every step counts the head's acceptance at every position, where a run
-under ``adaptive`` counts it only where the policy chose to draft (its counts lean towards the
-positions the policy expected to be accepted). Exact numerics make a row's tokens the same at
-any batch size, and a fixed length makes its drafts the same, so the counts do not depend on
-the batch size: it only sets the speed of the measurement.
+Drafting one token at every step counts the head's acceptance at every step, where a run
+under ``adaptive`` counts it only at the steps the policy chose to draft. Exact numerics make
+a row's tokens the same at any batch size, and a fixed length makes its drafts the same, so
+the counts do not depend on the batch size: it only sets the speed of the measurement.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from specjax.errors import BenchError, CheckpointError
@@ -47,6 +47,29 @@ def head_method(head_dir: str | Path) -> str:
                           f"hydra heads are {', '.join(known)})")
 
 
+def check_settings(temperature, max_new_tokens: int, batch_size: int) -> None:
+    """Raises :class:`BenchError` naming a setting a measurement cannot run with (checked
+    before the model loads)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            temperature >= 0 and math.isfinite(temperature)):
+        raise BenchError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    for name, v, least in (("max_new_tokens", max_new_tokens, 2), ("batch_size", batch_size, 1)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < least:
+            why = " (a draft needs room for a token after it)" if least == 2 else ""
+            raise BenchError(f"{name} must be an integer >= {least}{why}, got {v!r}")
+
+
+def refuse_shipped(head_dir: str | Path) -> None:
+    """Raises :class:`CheckpointError` for a head shipped with the package: its records are
+    counted from the journals in docs/results (a test recounts them)."""
+    from specjax.heads.shipped import ROOT
+
+    if Path(head_dir).resolve().is_relative_to(ROOT.resolve()):
+        raise CheckpointError(f"{head_dir} is a head shipped with specjax, whose records are "
+                              f"counted from the project's journals; copy the directory and "
+                              f"measure the copy")
+
+
 def measure_first_token(lm, head_dir: str | Path, items: list[dict], *, prompts: str,
                         temperature: float = 0.0, max_new_tokens: int = 128,
                         batch_size: int = 4, seed: int = 0,
@@ -77,11 +100,7 @@ def measure_first_token(lm, head_dir: str | Path, items: list[dict], *, prompts:
     from specjax.methods import build
     from specjax.sampling import SamplingParams
 
-    if not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise BenchError(f"temperature must be a number >= 0, got {temperature!r}")
-    for name, v in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise BenchError(f"{name} must be an integer >= 1, got {v!r}")
+    check_settings(temperature, max_new_tokens, batch_size)
     if not items:
         raise BenchError("no prompts to measure on")
     tok = lm.tokenizer
@@ -89,7 +108,8 @@ def measure_first_token(lm, head_dir: str | Path, items: list[dict], *, prompts:
         raise BenchError(f"{lm.source}: no tokenizer in this checkpoint; cannot encode prompts")
     method = head_method(head_dir)
     greedy = temperature == 0
-    d, pol, ver = build(method, lm, {"head": str(head_dir), **MEASURE_ARGS},
+    # resolved: a relative directory named like a keyword of head= ("random") is a path
+    d, pol, ver = build(method, lm, {"head": str(Path(head_dir).resolve()), **MEASURE_ARGS},
                         batch=batch_size, greedy=greedy, temperature=float(temperature))
     encoded = [tok.encode_chat(it["prompt"]) for it in items]
     bar = tqdm(total=len(encoded), desc=f"{method} at temperature {temperature:g}",
@@ -111,4 +131,14 @@ def measure_first_token(lm, head_dir: str | Path, items: list[dict], *, prompts:
         temperature=float(temperature), accepted=int(accepted), drafted=int(drafted),
         batch_size=batch_size, prompts=prompts, n_prompts=len(items), method=method,
         method_args=dict(MEASURE_ARGS),
-        source=f"{SOURCE} (max_new_tokens={max_new_tokens}, seed={seed})")
+        source=f"{SOURCE} (max_new_tokens={max_new_tokens}, seed={seed}, "
+               f"{_target_settings(lm)})")
+
+
+def _target_settings(lm) -> str:
+    """The target's dtype, quantization and numerics, as the record's source names them."""
+    model = lm.model
+    dtype = getattr(model, "dtype", None)
+    parts = [None if dtype is None else str(dtype), getattr(model, "quantization", None),
+             getattr(model, "numerics", None)]
+    return ", ".join(str(p) for p in parts if p not in (None, "none", ""))

@@ -1,5 +1,5 @@
 """What a head was measured to do, recorded in its ``config.json``: the first-token acceptance
-of its chain drafts, counted over a ``specjax bench`` journal, one record per temperature
+of its chain drafts, one record per temperature
 (``"measured_acceptance"``, a list). The cost-aware ``adaptive`` policy starts from it above
 batch 1 (:func:`specjax.methods.build`): there a one-token draft pays only when its first
 token is accepted often enough for its price, and starting from the even prior (0.5) made the
