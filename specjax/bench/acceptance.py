@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specjax.errors import BenchError, CheckpointError
 from specjax.heads.measured import AcceptanceRecord
-from specjax.heads.shipped import FORMATS
+from specjax.heads.shipped import FORMATS, ROOT
 
 MEASURE_ARGS = {"policy": "fixed", "k": "1"}  # one drafted token at every step
 SOURCE = "specjax head measure-acceptance"
@@ -62,8 +62,6 @@ def check_settings(temperature, max_new_tokens: int, batch_size: int) -> None:
 def refuse_shipped(head_dir: str | Path) -> None:
     """Raises :class:`CheckpointError` for a head shipped with the package: its records are
     counted from the journals in docs/results (a test recounts them)."""
-    from specjax.heads.shipped import ROOT
-
     if Path(head_dir).resolve().is_relative_to(ROOT.resolve()):
         raise CheckpointError(f"{head_dir} is a head shipped with specjax, whose records are "
                               f"counted from the project's journals; copy the directory and "
