@@ -625,9 +625,8 @@ def cmd_head_measure_acceptance(args) -> int:
     """``specjax head measure-acceptance DIR``: decodes the prompts with the head drafting
     one token at every step, at each of ``--temperatures``, and writes each count into
     DIR/config.json (:mod:`specjax.bench.acceptance`)."""
-    from pathlib import Path
-
     import math
+    from pathlib import Path
 
     from specjax.bench.acceptance import (check_settings, head_method, measure_first_token,
                                           refuse_shipped)

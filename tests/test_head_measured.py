@@ -350,5 +350,5 @@ def test_head_method_reads_the_format(tmp_path):
         (d / "config.json").write_text(text)
         with pytest.raises(CheckpointError, match="config.json"):
             head_method(d)
-    with pytest.raises(CheckpointError, match="not a readable head config"):
+    with pytest.raises(CheckpointError, match="unreadable head config"):
         head_method(tmp_path / "missing")

@@ -11,12 +11,11 @@ the counts do not depend on the batch size: it only sets the speed of the measur
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from specjax.errors import BenchError, CheckpointError
-from specjax.heads.measured import AcceptanceRecord
+from specjax.heads.measured import AcceptanceRecord, head_config
 from specjax.heads.shipped import FORMATS, ROOT
 
 MEASURE_ARGS = {"policy": "fixed", "k": "1"}  # one drafted token at every step
@@ -30,12 +29,7 @@ def head_method(head_dir: str | Path) -> str:
     from specjax.heads.interop import is_engine_layout
 
     conf_f = Path(head_dir) / "config.json"
-    try:
-        conf = json.loads(conf_f.read_text())
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"{conf_f}: not a readable head config ({e})") from None
-    if not isinstance(conf, dict):
-        raise CheckpointError(f"{conf_f}: a head config must be a JSON object")
+    conf = head_config(head_dir)
     fmt = conf.get("format")
     for name in ("eagle", "medusa", "hydra"):
         if fmt in FORMATS[name]:

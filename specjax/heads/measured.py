@@ -68,9 +68,8 @@ def _check(rec: dict, where: str) -> AcceptanceRecord:
     return dataclasses.replace(out, temperature=t, accepted=a, drafted=d)
 
 
-def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
-    """The acceptance records of ``head_dir/config.json`` (none: ``[]``); a malformed one is
-    an error naming the file and the record."""
+def head_config(head_dir: str | Path) -> dict:
+    """``head_dir/config.json`` as a dict; unreadable or not an object: an error naming it."""
     conf_f = Path(head_dir) / "config.json"
     try:
         conf = json.loads(conf_f.read_text())
@@ -78,6 +77,14 @@ def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
         raise CheckpointError(f"{conf_f}: unreadable head config: {e}") from None
     if not isinstance(conf, dict):
         raise CheckpointError(f"{conf_f}: a head config must be a JSON object")
+    return conf
+
+
+def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
+    """The acceptance records of ``head_dir/config.json`` (none: ``[]``); a malformed one is
+    an error naming the file and the record."""
+    conf_f = Path(head_dir) / "config.json"
+    conf = head_config(head_dir)
     recs = conf.get(KEY, [])
     if not isinstance(recs, list):
         raise CheckpointError(f"{conf_f}: {KEY!r} must be a list of records")
