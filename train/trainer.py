@@ -350,11 +350,9 @@ def fit(config: TrainConfig, task=None, lm=None, progress: bool = True, *,
                 f"{ckpt_path}" + (f", the head so far in {head}" if partial else "")
                 + ". Rerun the same command to resume.", always=stopped is not None)
         else:
-            model = "" if config.model == "smollm2-135m" else \
-                f" --model {shlex.quote(str(config.model))}"
             say(f"done: step {step} of {config.total_steps}; head saved in {head} (for the "
                 f"batched defaults' prior: specjax head measure-acceptance "
-                f"{shlex.quote(str(head))}{model})")
+                f"{shlex.quote(str(head))} --model {shlex.quote(str(config.model))})")
         summary.update(
             step=step, total_steps=config.total_steps, steps_this_run=step - start_step,
             finished=finished,

@@ -83,8 +83,10 @@ def head_config(head_dir: str | Path) -> dict:
 def read_records(head_dir: str | Path) -> list[AcceptanceRecord]:
     """The acceptance records of ``head_dir/config.json`` (none: ``[]``); a malformed one is
     an error naming the file and the record."""
-    conf_f = Path(head_dir) / "config.json"
-    conf = head_config(head_dir)
+    return _records_in(head_config(head_dir), Path(head_dir) / "config.json")
+
+
+def _records_in(conf: dict, conf_f: Path) -> list[AcceptanceRecord]:
     recs = conf.get(KEY, [])
     if not isinstance(recs, list):
         raise CheckpointError(f"{conf_f}: {KEY!r} must be a list of records")
@@ -124,12 +126,12 @@ def check_same_head(head_dir: str | Path, description: str, what: str) -> None:
     if paths[-1].parts[-n:] != head.parts[-n:]:
         raise CheckpointError(f"{what} ran {description!r}, not the head in {head_dir}")
     step = re.search(r"\(step (\d+)\)", description)
+    conf = head_config(head)
     try:
-        conf = json.loads((head / "config.json").read_text())
         own = (conf.get("meta") or {}).get("step")
         own = None if own is None else int(own)
-    except (OSError, ValueError, AttributeError, TypeError) as e:
-        raise CheckpointError(f"{head / 'config.json'}: unreadable head config or step: "
+    except (ValueError, AttributeError, TypeError) as e:
+        raise CheckpointError(f"{head / 'config.json'}: unreadable training step: "
                               f"{e!r}") from None
     if step and own is not None and int(step.group(1)) != own:
         raise CheckpointError(f"{what} ran {description!r}, step {step.group(1)}; the head in "
@@ -141,8 +143,8 @@ def record(head_dir: str | Path, rec: AcceptanceRecord) -> AcceptanceRecord | No
     permissions), replacing a record at the same temperature (returned; None if there was
     none) and keeping every other key."""
     conf_f = Path(head_dir) / "config.json"
-    old = read_records(head_dir)  # a malformed file is an error before anything is written
-    conf = json.loads(conf_f.read_text())
+    conf = head_config(head_dir)
+    old = _records_in(conf, conf_f)  # a malformed file is an error before anything is written
     replaced = next((r for r in old if r.temperature == rec.temperature), None)
     kept = [r.to_dict() for r in old if r.temperature != rec.temperature]
     conf[KEY] = sorted(kept + [rec.to_dict()], key=lambda r: r["temperature"])
